@@ -1,0 +1,60 @@
+"""hermes-state: durable, fast async storage for AI-agent conversations.
+
+``SessionDB`` is the store. One instance per worker is shared by all of its
+agents; writes go through a single writer task in group commits, reads use
+their own connection.
+"""
+
+from __future__ import annotations
+
+from .config import default_db_path, hermes_home
+from .errors import (
+    PERSISTENCE_ERROR_CAUSES,
+    CompressionSessionBusyError,
+    CompressionSessionClosedError,
+    ConfigError,
+    SessionCompressionInProgressError,
+    SessionExportTooLargeError,
+    SessionNotFoundError,
+    SessionResumeTooLargeError,
+    StoreClosedError,
+    WalUnsupportedError,
+    classify_persistence_error,
+    is_disk_full_error,
+)
+from .sqlite.driver import is_sqlite_wal_reset_vulnerable
+from .sqlite.schema import FTS_STORAGE_VERSION, SCHEMA_SQL, SCHEMA_VERSION
+from .store import SessionDB
+
+__version__ = "0.1.0"
+
+DEFAULT_DB_PATH = default_db_path()
+MAX_SAFE_RESUME_MESSAGES = 20000
+MAX_SAFE_EXPORT_MESSAGES = 20000
+MAX_FTS5_QUERY_CHARS = 2048
+
+__all__ = [
+    "SessionDB",
+    "StoreClosedError",
+    "SessionNotFoundError",
+    "CompressionSessionBusyError",
+    "CompressionSessionClosedError",
+    "SessionCompressionInProgressError",
+    "SessionResumeTooLargeError",
+    "SessionExportTooLargeError",
+    "WalUnsupportedError",
+    "ConfigError",
+    "PERSISTENCE_ERROR_CAUSES",
+    "classify_persistence_error",
+    "is_disk_full_error",
+    "is_sqlite_wal_reset_vulnerable",
+    "hermes_home",
+    "default_db_path",
+    "DEFAULT_DB_PATH",
+    "SCHEMA_SQL",
+    "SCHEMA_VERSION",
+    "FTS_STORAGE_VERSION",
+    "MAX_SAFE_RESUME_MESSAGES",
+    "MAX_SAFE_EXPORT_MESSAGES",
+    "MAX_FTS5_QUERY_CHARS",
+]

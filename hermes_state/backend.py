@@ -1,0 +1,66 @@
+"""The contract between the ``SessionDB`` facade and a storage backend.
+
+A backend owns its connections. Writes reach it only as batches of commands
+from the actor (``apply_batch``); reads go straight to its ``reader``. The
+SQLite and PostgreSQL stores are the same facade built on different backends.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+from .commands.base import Command
+
+__all__ = ["Backend", "Reader", "Outcome"]
+
+# (True, result) or (False, exception) per command, in batch order.
+Outcome = tuple[bool, Any]
+
+
+class Reader(Protocol):
+    """Read queries; never blocked by the write queue."""
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None: ...
+
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool,
+        limit: int | None,
+        offset: int,
+        latest: bool,
+        after_id: int | None,
+    ) -> list[dict[str, Any]]: ...
+
+    async def conversation_rows(
+        self, session_id: str, include_ancestors: bool, include_inactive: bool
+    ) -> list[dict[str, Any]]: ...
+
+    async def message_count(self, session_id: str | None) -> int: ...
+
+    async def get_meta(self, key: str) -> str | None: ...
+
+
+class Backend(Protocol):
+    """Connections, schema and transactions for one database."""
+
+    read_only: bool
+    reader: Reader
+
+    async def open(self) -> None:
+        """Connect and create or migrate the schema (writable) or check it (read-only)."""
+
+    async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
+        """Apply commands in one transaction, each isolated; raises if the transaction cannot commit."""
+
+    def is_busy_error(self, exc: BaseException) -> bool:
+        """True when ``exc`` means another connection holds the write lock (worth a retry)."""
+
+    def readonly_error(self) -> Exception:
+        """The exception a write on a read-only store raises."""
+
+    async def storage_info(self) -> dict[str, Any]:
+        """Facts about the open database (driver, versions, journal mode)."""
+
+    async def close(self) -> None:
+        """Close every connection; safe to call more than once."""

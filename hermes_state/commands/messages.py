@@ -1,0 +1,63 @@
+"""Commands that write transcript rows."""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+from .base import Command
+
+# What the ``content`` column may hold after encoding (see hermes_state.encoding).
+ContentValue = Union[str, bytes, int, float, None]
+
+
+class MessageRow(msgspec.Struct, frozen=True, array_like=True):
+    """One ``messages`` row, already encoded to column values.
+
+    Field order is the insert column order. ``tool_call_count`` is this row's
+    contribution to ``sessions.tool_call_count``; it is not a column.
+    """
+
+    role: str
+    content: ContentValue
+    tool_call_id: str | None
+    tool_calls: str | None
+    tool_name: str | None
+    effect_disposition: str | None
+    timestamp: float
+    token_count: int | None
+    finish_reason: str | None
+    reasoning: str | None
+    reasoning_content: str | None
+    reasoning_details: str | None
+    codex_reasoning_items: str | None
+    codex_message_items: str | None
+    platform_message_id: str | None
+    observed: int
+    api_content: str | None
+    display_kind: str | None
+    display_metadata: str | None
+    tool_call_count: int = 0
+
+
+class AppendMessages(Command, frozen=True):
+    """Append rows to a session after the lease and closed-by-compression guards.
+
+    Resolves to the id of the last inserted row when ``want_id`` is set
+    (``append_message``), else to the number of rows inserted.
+    """
+
+    session_id: str
+    rows: tuple[MessageRow, ...]
+    compression_lock_holder: str | None = None
+    want_id: bool = False
+
+
+class ReplaceMessages(Command, frozen=True):
+    """Swap a session's transcript for ``rows`` and reset its counters."""
+
+    session_id: str
+    rows: tuple[MessageRow, ...]
+    active_only: bool = False
+    archive_dropped: bool = False

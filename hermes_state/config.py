@@ -1,0 +1,104 @@
+"""Where the store lives and what the active profile's ``config.yaml`` says.
+
+``HERMES_HOME`` (default ``~/.hermes``) is the profile directory. Its
+``config.yaml`` is optional; the sections this package reads are validated
+into msgspec structs, and a bad value raises :class:`ConfigError` naming the
+key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from .errors import ConfigError
+
+__all__ = [
+    "hermes_home",
+    "default_db_path",
+    "DatabaseConfig",
+    "SessionsConfig",
+    "StoreConfig",
+    "load_config",
+]
+
+
+def hermes_home() -> Path:
+    """Return the active profile directory: ``$HERMES_HOME`` or ``~/.hermes``."""
+    raw = os.environ.get("HERMES_HOME", "").strip()
+    return Path(raw).expanduser() if raw else Path.home() / ".hermes"
+
+
+def default_db_path() -> Path:
+    """Return ``<HERMES_HOME>/state.db``, resolved at call time."""
+    return hermes_home() / "state.db"
+
+
+class DatabaseConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
+    """The ``database`` section (SQLite pragmas and journal mode)."""
+
+    journal_mode: Literal["wal", "delete"] = "wal"
+    synchronous: Literal["full", "normal", "extra"] = "full"
+    cache_size: int | None = None
+    mmap_size: int | None = None
+    temp_store: int | None = None
+    wal_autocheckpoint: int | None = None
+    journal_size_limit: int | None = None
+
+
+class SessionsConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
+    """The ``sessions`` section."""
+
+    max_resume_messages: int = 20000
+    max_export_messages: int = 20000
+    cjk_fts: bool = True
+
+
+class StoreConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
+    """The parts of ``config.yaml`` the store reads."""
+
+    database: DatabaseConfig = msgspec.field(default_factory=DatabaseConfig)
+    sessions: SessionsConfig = msgspec.field(default_factory=SessionsConfig)
+
+
+def _normalise(raw: Any) -> Any:
+    """Lower-case the enum-like strings so ``WAL`` and ``wal`` mean the same."""
+    if isinstance(raw, dict):
+        db = raw.get("database")
+        if isinstance(db, dict):
+            for key in ("journal_mode", "synchronous"):
+                if isinstance(db.get(key), str):
+                    db[key] = db[key].strip().lower()
+    return raw
+
+
+def load_config(home: Path | None = None) -> StoreConfig:
+    """Read and validate ``<home>/config.yaml``; a missing file gives defaults.
+
+    Raises :class:`ConfigError` with the offending key path when a value has
+    the wrong type or is not one of the allowed choices.
+    """
+    path = (home or hermes_home()) / "config.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return StoreConfig()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if raw is None:
+        return StoreConfig()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    try:
+        return msgspec.convert(_normalise(raw), StoreConfig, strict=False)
+    except msgspec.ValidationError as exc:
+        # msgspec names the path, e.g. "Expected `int`, got `str` - at `$.database.cache_size`".
+        raise ConfigError(f"{path}: {exc}") from exc

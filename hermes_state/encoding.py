@@ -1,0 +1,320 @@
+"""How message values become column values, and back.
+
+These rules are part of the on-disk format shared with async-hermes-agent:
+structured content is stored as ``"\\x00json:" + json.dumps(value)``, empty
+tool-call lists become NULL, lone UTF-16 surrogates become U+FFFD, and the
+reasoning sidecars are stored only for assistant rows in the dict writers.
+
+Everything here runs in the caller's task before a command exists, so a value
+that cannot be stored fails at the call site and never reaches a transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .commands.messages import ContentValue, MessageRow
+
+__all__ = [
+    "JSON_CONTENT_PREFIX",
+    "scrub_surrogates",
+    "encode_content",
+    "decode_content",
+    "encode_tool_calls",
+    "decode_tool_calls",
+    "encode_display_metadata",
+    "decode_display_metadata",
+    "coerce_timestamp",
+    "encode_message_args",
+    "encode_message_dicts",
+    "decode_message_row",
+]
+
+JSON_CONTENT_PREFIX = "\x00json:"
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+# Keys a dict writer reads from each message; anything else is ignored.
+_ASSISTANT_ONLY = ("reasoning", "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items")
+
+
+def scrub_surrogates(text: str) -> str:
+    """Replace lone UTF-16 surrogates (invalid in UTF-8) with U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", text)
+
+
+def _opt_str(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str or None, not {type(value).__name__}")
+    return scrub_surrogates(value)
+
+
+def _opt_int(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} must be an int or None, not {type(value).__name__}")
+    return value
+
+
+def _platform_id(value: Any) -> str | None:
+    # Platforms hand out numeric ids too; they are stored as text.
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return scrub_surrogates(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise TypeError(f"platform_message_id must be a str, int or None, not {type(value).__name__}")
+
+
+def encode_content(value: Any) -> ContentValue:
+    """Encode message content for the ``content`` column.
+
+    ``str`` is stored as-is (surrogates scrubbed); ``None``, ``bytes``, ``int``
+    and ``float`` unchanged; lists/dicts and other JSON values as the
+    NUL-prefixed JSON form. Raises ``TypeError`` for values JSON cannot encode.
+    """
+    if isinstance(value, str):
+        return scrub_surrogates(value)
+    if value is None or isinstance(value, (bytes, int, float)):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    try:
+        return JSON_CONTENT_PREFIX + json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"message content of type {type(value).__name__} cannot be stored: {exc}"
+        ) from None
+
+
+def decode_content(value: Any) -> Any:
+    """Reverse :func:`encode_content`; invalid JSON returns the raw string."""
+    if isinstance(value, str) and value.startswith(JSON_CONTENT_PREFIX):
+        try:
+            return json.loads(value[len(JSON_CONTENT_PREFIX):])
+        except ValueError:
+            return value
+    return value
+
+
+def encode_tool_calls(value: Any) -> tuple[str | None, int]:
+    """Return ``(column value, count)`` for a message's tool calls.
+
+    A string is parsed as JSON first (unparsable means none). Falsy values
+    store NULL. The count is the list length, 1 for any other value, 0 for None.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = []
+    if value is None:
+        return None, 0
+    count = len(value) if isinstance(value, list) else 1
+    if not value:
+        return None, count
+    try:
+        return json.dumps(value), count
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"tool_calls cannot be stored as JSON: {exc}") from None
+
+
+def decode_tool_calls(value: Any) -> Any:
+    """JSON-decode a stored ``tool_calls`` value; NULL stays None, junk becomes []."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except (TypeError, ValueError):
+        return []
+
+
+def _encode_sidecar(value: Any, field: str, *, always_dump: bool = False) -> str | None:
+    if not value:
+        return None
+    if isinstance(value, str) and not always_dump:
+        return scrub_surrogates(value)
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{field} cannot be stored as JSON: {exc}") from None
+
+
+def encode_display_metadata(value: Any) -> str | None:
+    """Store a JSON object; a JSON-object string is re-dumped; anything else is NULL."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict):
+        return None
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"display_metadata cannot be stored as JSON: {exc}") from None
+
+
+def decode_display_metadata(value: Any) -> dict[str, Any] | None:
+    """Return the stored object (unwrapping a legacy double-encoded string) or None."""
+    if not value:
+        return None
+    try:
+        decoded = json.loads(value)
+        if isinstance(decoded, str):
+            decoded = json.loads(decoded)
+    except (TypeError, ValueError):
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def coerce_timestamp(value: Any, default: float) -> float:
+    """Epoch seconds from a datetime-like, number or numeric string; else ``default``."""
+    if value is None:
+        return default
+    stamp = getattr(value, "timestamp", None)
+    try:
+        result = float(stamp()) if callable(stamp) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return result if math.isfinite(result) else default
+
+
+def encode_message_args(
+    *,
+    role: Any,
+    content: Any,
+    tool_name: Any,
+    tool_calls: Any,
+    tool_call_id: Any,
+    token_count: Any,
+    finish_reason: Any,
+    reasoning: Any,
+    reasoning_content: Any,
+    reasoning_details: Any,
+    codex_reasoning_items: Any,
+    codex_message_items: Any,
+    platform_message_id: Any,
+    observed: Any,
+    effect_disposition: Any,
+    timestamp: Any,
+    api_content: Any,
+    display_kind: Any,
+    display_metadata: Any,
+) -> MessageRow:
+    """Encode the arguments of ``append_message`` (sidecars kept for any role)."""
+    if not isinstance(role, str):
+        raise TypeError(f"role must be a str, not {type(role).__name__}")
+    calls, count = encode_tool_calls(tool_calls)
+    return MessageRow(
+        role=scrub_surrogates(role),
+        content=encode_content(content),
+        tool_call_id=_opt_str(tool_call_id, "tool_call_id"),
+        tool_calls=calls,
+        tool_name=_opt_str(tool_name, "tool_name"),
+        effect_disposition=_opt_str(effect_disposition, "effect_disposition"),
+        timestamp=coerce_timestamp(timestamp, time.time()),
+        token_count=_opt_int(token_count, "token_count"),
+        finish_reason=_opt_str(finish_reason, "finish_reason"),
+        reasoning=_opt_str(reasoning, "reasoning"),
+        reasoning_content=_opt_str(reasoning_content, "reasoning_content"),
+        reasoning_details=_encode_sidecar(reasoning_details, "reasoning_details"),
+        codex_reasoning_items=_encode_sidecar(codex_reasoning_items, "codex_reasoning_items"),
+        codex_message_items=_encode_sidecar(codex_message_items, "codex_message_items"),
+        platform_message_id=_platform_id(platform_message_id),
+        observed=1 if observed else 0,
+        api_content=scrub_surrogates(api_content) if isinstance(api_content, str) else None,
+        display_kind=scrub_surrogates(display_kind) if isinstance(display_kind, str) else None,
+        display_metadata=encode_display_metadata(display_metadata),
+        tool_call_count=count,
+    )
+
+
+def encode_message_dicts(
+    messages: Any, *, start: float | None = None, dump_sidecars: bool = False
+) -> tuple[MessageRow, ...]:
+    """Encode the message dicts of the batch/replace/compact writers.
+
+    Rows without a usable ``timestamp`` get strictly increasing ones from a
+    running default. ``dump_sidecars`` reproduces the compaction writers'
+    habit of JSON-encoding string reasoning sidecars a second time.
+    Raises ``TypeError`` naming the index of the first message that is not a
+    mapping or holds a value that cannot be stored.
+    """
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError(f"messages must be a list of dicts, not {type(messages).__name__}")
+    running = time.time() if start is None else start
+    rows: list[MessageRow] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise TypeError(f"messages[{index}] must be a dict, not {type(message).__name__}")
+        try:
+            row = _encode_one_dict(message, running, dump_sidecars)
+        except TypeError as exc:
+            raise TypeError(f"messages[{index}]: {exc}") from None
+        rows.append(row)
+        running = max(running + 1e-6, row.timestamp + 1e-6)
+    return tuple(rows)
+
+
+def _encode_one_dict(message: Mapping[str, Any], default_ts: float, dump_sidecars: bool) -> MessageRow:
+    role = message.get("role") or "unknown"
+    if not isinstance(role, str):
+        raise TypeError(f"role must be a str, not {type(role).__name__}")
+    role = scrub_surrogates(role)
+    calls, count = encode_tool_calls(message.get("tool_calls"))
+    assistant = role == "assistant"
+    sidecars: dict[str, Any] = {}
+    for key in _ASSISTANT_ONLY:
+        value = message.get(key) if assistant else None
+        if key in ("reasoning", "reasoning_content"):
+            sidecars[key] = _opt_str(value, key)
+        else:
+            sidecars[key] = _encode_sidecar(value, key, always_dump=dump_sidecars)
+    api_content = message.get("api_content")
+    display_kind = message.get("display_kind")
+    platform_id = message.get("platform_message_id") or message.get("message_id")
+    return MessageRow(
+        role=role,
+        content=encode_content(message.get("content")),
+        tool_call_id=_opt_str(message.get("tool_call_id"), "tool_call_id"),
+        tool_calls=calls,
+        tool_name=_opt_str(message.get("tool_name"), "tool_name"),
+        effect_disposition=_opt_str(message.get("effect_disposition"), "effect_disposition"),
+        timestamp=coerce_timestamp(message.get("timestamp"), default_ts),
+        token_count=_opt_int(message.get("token_count"), "token_count"),
+        finish_reason=_opt_str(message.get("finish_reason"), "finish_reason"),
+        platform_message_id=_platform_id(platform_id),
+        observed=1 if message.get("observed") else 0,
+        api_content=scrub_surrogates(api_content) if isinstance(api_content, str) else None,
+        display_kind=scrub_surrogates(display_kind) if isinstance(display_kind, str) else None,
+        display_metadata=encode_display_metadata(message.get("display_metadata")),
+        tool_call_count=count,
+        **sidecars,
+    )
+
+
+def decode_message_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Decode a raw ``messages`` row dict in place (content, tool_calls, metadata)."""
+    content = row.get("content")
+    if isinstance(content, str) and content.startswith(JSON_CONTENT_PREFIX):
+        row["content"] = decode_content(content)
+    if row.get("tool_calls") is not None:
+        row["tool_calls"] = decode_tool_calls(row["tool_calls"])
+    if "display_metadata" in row:
+        row["display_metadata"] = decode_display_metadata(row["display_metadata"])
+    return row

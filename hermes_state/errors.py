@@ -1,0 +1,146 @@
+"""Exception types raised by the store, and helpers that classify failures.
+
+Driver errors always reach callers as the standard library's ``sqlite3``
+exception classes (even when the bundled ``pysqlite3`` driver is in use), so
+``except sqlite3.IntegrityError`` keeps working in host code.
+"""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+from typing import Literal
+
+__all__ = [
+    "StoreClosedError",
+    "SessionNotFoundError",
+    "CompressionSessionClosedError",
+    "CompressionSessionBusyError",
+    "SessionCompressionInProgressError",
+    "SessionResumeTooLargeError",
+    "SessionExportTooLargeError",
+    "WalUnsupportedError",
+    "ConfigError",
+    "PERSISTENCE_ERROR_CAUSES",
+    "is_disk_full_error",
+    "classify_persistence_error",
+]
+
+PERSISTENCE_ERROR_CAUSES = ("locked", "disk", "unknown")
+
+CLOSED_MESSAGE = "SessionDB is closed"
+
+
+class StoreClosedError(RuntimeError):
+    """Raised by every I/O method once ``close()`` has started."""
+
+    def __init__(self, message: str = CLOSED_MESSAGE) -> None:
+        super().__init__(message)
+
+
+class SessionNotFoundError(sqlite3.IntegrityError):
+    """A write names a session that does not exist.
+
+    Subclasses ``sqlite3.IntegrityError`` and keeps the SQLite wording
+    ("FOREIGN KEY constraint failed") so callers of the reference store keep
+    matching it, while naming the session that is missing.
+    """
+
+    def __init__(self, session_id: str, what: str = "session") -> None:
+        self.session_id = session_id
+        super().__init__(f"FOREIGN KEY constraint failed: {what} {session_id!r} does not exist")
+
+
+class CompressionSessionBusyError(RuntimeError):
+    """A compression lease is held by someone else, or was lost."""
+
+
+class SessionCompressionInProgressError(CompressionSessionBusyError):
+    """An append met another writer's live compression lease."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"Session '{session_id}' is being compressed by another writer")
+
+
+class CompressionSessionClosedError(RuntimeError):
+    """The session was ended by compression; writes must go to its continuation."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"Session '{session_id}' is closed by compression; adopt its live "
+            "continuation before appending messages"
+        )
+
+
+class SessionResumeTooLargeError(ValueError):
+    """A session has more active messages than is safe to load for resume."""
+
+    def __init__(self, session_id: str, message_count: int, limit: int) -> None:
+        self.session_id = session_id
+        self.message_count = message_count
+        self.limit = limit
+        super().__init__(
+            f"session '{session_id}' has at least {message_count} active messages; "
+            f"safe resume limit is {limit}"
+        )
+
+
+class SessionExportTooLargeError(ValueError):
+    """A session has more active messages than is safe to export in memory."""
+
+    def __init__(self, session_id: str, message_count: int, limit: int) -> None:
+        self.session_id = session_id
+        self.message_count = message_count
+        self.limit = limit
+        super().__init__(
+            f"session '{session_id}' has at least {message_count} active messages; "
+            f"safe in-memory export limit is {limit}"
+        )
+
+
+class WalUnsupportedError(sqlite3.OperationalError):
+    """WAL was required but the file system or SQLite refused it."""
+
+
+class ConfigError(ValueError):
+    """``config.yaml`` holds a value the store cannot use; the message names the key."""
+
+
+_DISK_FULL_MARKERS = (
+    "no space left on device",
+    "not enough space",
+    "database or disk is full",
+    "disk full",
+    "full disk",
+    "enospc",
+)
+
+
+def is_disk_full_error(exc: BaseException | None) -> bool:
+    """Return True when ``exc`` (or its cause chain) reports a full disk."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        text = str(exc).lower()
+        if any(marker in text for marker in _DISK_FULL_MARKERS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def classify_persistence_error(exc: BaseException | None) -> Literal["locked", "disk", "unknown"]:
+    """Return ``"locked"``, ``"disk"`` or ``"unknown"`` for a failed write."""
+    if exc is None:
+        return "unknown"
+    if isinstance(exc, CompressionSessionBusyError):
+        return "locked"
+    text = str(exc).lower()
+    if any(m in text for m in ("locked", "busy", "being compressed", "compression lease")):
+        return "locked"
+    if is_disk_full_error(exc) or any(m in text for m in ("disk", "readonly", "read-only")):
+        return "disk"
+    return "unknown"

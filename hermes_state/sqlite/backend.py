@@ -1,0 +1,172 @@
+"""The SQLite backend: one writer connection for the actor, one query-only reader."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
+
+import aiosqlite
+
+from ..backend import Outcome
+from ..commands.base import Command
+from ..config import StoreConfig, load_config
+from ..errors import StoreClosedError
+from . import queries
+from .driver import driver_name, open_connection, run_on, sqlite_version_info
+from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
+from .schema import ensure_schema
+from .writer import apply_batch
+
+__all__ = ["SQLiteBackend", "SQLiteReader"]
+
+log = logging.getLogger("hermes_state.sqlite")
+T = TypeVar("T")
+
+WRITER_BUSY_TIMEOUT_MS = 1000
+READER_BUSY_TIMEOUT_MS = 5000
+
+
+def _preflight(path: Path) -> None:
+    """Create the parent directory and fail early, and clearly, on unwritable paths."""
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise sqlite3.OperationalError(f"unable to open database file: {path} is a directory")
+    for kind, target in (("directory", parent), ("file", path), ("file", Path(f"{path}-wal")), ("file", Path(f"{path}-shm"))):
+        if target.exists() and not os.access(target, os.R_OK | os.W_OK):
+            raise sqlite3.OperationalError(
+                f"state.db is not writable: {kind} {target} is read-only for this user. "
+                "Fix its permissions or point the store at another path."
+            )
+
+
+def _setup_writer(conn: Any, config: StoreConfig, label: str) -> dict[str, Any]:
+    mode = apply_journal_mode(conn, config.database.journal_mode, db_label=label)
+    apply_database_pragmas(conn, config.database, busy_timeout_ms=WRITER_BUSY_TIMEOUT_MS)
+    facts = ensure_schema(conn)
+    facts["journal_mode"] = mode
+    return facts
+
+
+def _setup_reader(conn: Any, config: StoreConfig) -> str:
+    apply_database_pragmas(conn, config.database, busy_timeout_ms=READER_BUSY_TIMEOUT_MS)
+    conn.execute("PRAGMA query_only=ON")
+    return read_journal_mode(conn)
+
+
+def _checkpoint(conn: Any) -> None:
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except Exception:
+        log.debug("checkpoint on close failed", exc_info=True)
+
+
+class SQLiteReader:
+    """Runs read queries on the query-only connection, one thread hop per call."""
+
+    def __init__(self, backend: "SQLiteBackend") -> None:
+        self._backend = backend
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        conn = self._backend._reader_conn
+        if conn is None:
+            raise StoreClosedError()
+        return await run_on(conn, fn, *args)
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self.run(queries.get_session, session_id)
+
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool,
+        limit: int | None,
+        offset: int,
+        latest: bool,
+        after_id: int | None,
+    ) -> list[dict[str, Any]]:
+        return await self.run(queries.get_messages, session_id, include_inactive, limit, offset, latest, after_id)
+
+    async def conversation_rows(
+        self, session_id: str, include_ancestors: bool, include_inactive: bool
+    ) -> list[dict[str, Any]]:
+        return await self.run(queries.conversation_rows, session_id, include_ancestors, include_inactive)
+
+    async def message_count(self, session_id: str | None) -> int:
+        return await self.run(queries.message_count, session_id)
+
+    async def get_meta(self, key: str) -> str | None:
+        return await self.run(queries.get_meta, key)
+
+
+class SQLiteBackend:
+    """Owns the connections to one SQLite file."""
+
+    def __init__(self, path: Path, *, read_only: bool, home: Path | None = None) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.home = home
+        self.config = StoreConfig()
+        self.reader = SQLiteReader(self)
+        self._writer_conn: aiosqlite.Connection | None = None
+        self._reader_conn: aiosqlite.Connection | None = None
+        self._facts: dict[str, Any] = {}
+
+    async def open(self) -> None:
+        self.config = load_config(self.home)
+        try:
+            if not self.read_only:
+                _preflight(self.path)
+                self._writer_conn = await open_connection(str(self.path), timeout=WRITER_BUSY_TIMEOUT_MS / 1000)
+                self._facts = await run_on(self._writer_conn, _setup_writer, self.config, self.path.name)
+            elif not self.path.exists():
+                raise sqlite3.OperationalError(f"unable to open database file: {self.path} does not exist")
+            uri = self.path.absolute().as_uri() + "?mode=ro"
+            self._reader_conn = await open_connection(uri, uri=True, timeout=READER_BUSY_TIMEOUT_MS / 1000)
+            mode = await run_on(self._reader_conn, _setup_reader, self.config)
+            self._facts.setdefault("journal_mode", mode)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
+        if self._writer_conn is None:
+            raise StoreClosedError()
+        return await run_on(self._writer_conn, apply_batch, commands)
+
+    def is_busy_error(self, exc: BaseException) -> bool:
+        if not isinstance(exc, sqlite3.OperationalError):
+            return False
+        text = str(exc).lower()
+        return "locked" in text or "busy" in text
+
+    def readonly_error(self) -> Exception:
+        return sqlite3.OperationalError("attempt to write a readonly database")
+
+    async def storage_info(self) -> dict[str, Any]:
+        return {
+            "backend": "sqlite",
+            "path": str(self.path),
+            "driver": driver_name(),
+            "sqlite_version": ".".join(map(str, sqlite_version_info())),
+            "journal_mode": self._facts.get("journal_mode"),
+            "schema_version": self._facts.get("schema_version"),
+            "fts": self._facts.get("fts"),
+            "read_only": self.read_only,
+        }
+
+    async def close(self) -> None:
+        reader, self._reader_conn = self._reader_conn, None
+        writer, self._writer_conn = self._writer_conn, None
+        if reader is not None:
+            await reader.close()
+        if writer is not None:
+            if self._facts.get("journal_mode") == "wal":
+                try:
+                    await run_on(writer, _checkpoint)
+                except Exception:
+                    log.debug("checkpoint failed", exc_info=True)
+            await writer.close()

@@ -1,0 +1,132 @@
+"""Which SQLite library the store runs on, and how connections are opened.
+
+The bundled ``pysqlite3`` wheel ships a current SQLite (FTS5, trigram,
+extension loading, and outside the WAL-reset corruption range); the
+interpreter's ``sqlite3`` is the fallback. ``HERMES_SQLITE_DRIVER`` set to
+``sqlite3`` or ``pysqlite3`` forces one.
+
+aiosqlite runs every call for a connection on that connection's own thread.
+The store hands it whole functions (a batch of writes, a compound read) so
+one thread hop does all the work; :func:`run_on` is that one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+from types import ModuleType
+from typing import Any, Callable, TypeVar
+
+import aiosqlite
+
+__all__ = [
+    "driver_module",
+    "driver_name",
+    "sqlite_version_info",
+    "is_sqlite_wal_reset_vulnerable",
+    "open_connection",
+    "run_on",
+    "to_stdlib_error",
+]
+
+T = TypeVar("T")
+
+
+@functools.lru_cache(maxsize=None)
+def driver_module() -> ModuleType:
+    """Return the DB-API module in use (``pysqlite3.dbapi2`` or ``sqlite3``)."""
+    wanted = os.environ.get("HERMES_SQLITE_DRIVER", "").strip().lower()
+    if wanted == "sqlite3":
+        return sqlite3
+    try:
+        from pysqlite3 import dbapi2  # type: ignore[import-not-found]
+    except ImportError:
+        if wanted == "pysqlite3":
+            raise ImportError(
+                "HERMES_SQLITE_DRIVER=pysqlite3 but the pysqlite3 package is not installed"
+            ) from None
+        return sqlite3
+    return dbapi2
+
+
+def driver_name() -> str:
+    """Return ``"pysqlite3"`` or ``"sqlite3"``."""
+    return "sqlite3" if driver_module() is sqlite3 else "pysqlite3"
+
+
+def sqlite_version_info() -> tuple[int, int, int]:
+    """Return the linked SQLite library version as a 3-tuple."""
+    parts = (driver_module().sqlite_version.split(".") + ["0", "0"])[:3]
+    return (int(parts[0]), int(parts[1]), int(parts[2]))
+
+
+def is_sqlite_wal_reset_vulnerable(version: tuple[int, int, int] | None = None) -> bool:
+    """True for SQLite 3.7.0 up to 3.51.3 except the patched 3.44.6+ and 3.50.7+ lines."""
+    v = version or sqlite_version_info()
+    if not ((3, 7, 0) <= v < (3, 51, 3)):
+        return False
+    if (3, 50, 7) <= v < (3, 51, 0) or (3, 44, 6) <= v < (3, 45, 0):
+        return False
+    return True
+
+
+def _connect(database: str, uri: bool, timeout: float) -> Any:
+    mod = driver_module()
+    conn = mod.connect(
+        database,
+        timeout=timeout,
+        isolation_level=None,
+        check_same_thread=False,
+        uri=uri,
+        cached_statements=256,
+    )
+    return conn
+
+
+async def open_connection(database: str, *, uri: bool = False, timeout: float = 1.0) -> aiosqlite.Connection:
+    """Open an aiosqlite connection on the selected driver, in autocommit mode."""
+    conn = aiosqlite.Connection(functools.partial(_connect, database, uri, timeout), iter_chunk_size=256)
+    try:
+        return await conn
+    except Exception as exc:
+        raise to_stdlib_error(exc) from None
+
+
+async def run_on(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(raw_connection, *args)`` on the connection's own thread.
+
+    Errors from the driver come back as the equivalent stdlib ``sqlite3``
+    exception so callers see one set of classes whichever driver is in use.
+    """
+    raw = conn._conn  # the underlying DB-API connection; only touched on its thread
+    try:
+        return await conn._execute(fn, raw, *args)
+    except Exception as exc:
+        converted = to_stdlib_error(exc)
+        if converted is exc:
+            raise
+        raise converted from None
+
+
+def to_stdlib_error(exc: BaseException) -> BaseException:
+    """Map a ``pysqlite3`` exception onto the same-named ``sqlite3`` class."""
+    mod = driver_module()
+    if mod is sqlite3 or not isinstance(exc, mod.Error):
+        return exc
+    target = getattr(sqlite3, type(exc).__name__, sqlite3.DatabaseError)
+    new = target(*exc.args)
+    for attr in ("sqlite_errorcode", "sqlite_errorname"):
+        if hasattr(exc, attr):
+            try:
+                setattr(new, attr, getattr(exc, attr))
+            except AttributeError:
+                pass
+    new.__traceback__ = exc.__traceback__
+    return new
+
+
+def is_driver_error(exc: BaseException) -> bool:
+    """True for any SQLite error from either driver."""
+    return isinstance(exc, (sqlite3.Error, driver_module().Error))
+

@@ -1,0 +1,128 @@
+"""Read queries, as synchronous functions that run on a read connection's thread.
+
+Each function takes the raw DB-API connection first. A function that issues
+several statements does so inside one read transaction, so it sees a single
+committed snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..encoding import decode_message_row
+
+__all__ = [
+    "fetch_dicts",
+    "get_session",
+    "get_messages",
+    "conversation_rows",
+    "message_count",
+    "get_meta",
+]
+
+
+def fetch_dicts(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """Run ``sql`` and return its rows as dicts keyed by column name, in column order."""
+    cur = conn.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+class snapshot:
+    """Context manager: one read transaction around several statements."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.opened = False
+
+    def __enter__(self) -> Any:
+        if not self.conn.in_transaction:
+            self.conn.execute("BEGIN")
+            self.opened = True
+        return self.conn
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.opened and self.conn.in_transaction:
+            self.conn.execute("COMMIT")
+
+
+_SESSION_SQL = """
+SELECT s.*, COALESCE(p.prompt, s.system_prompt) AS _resolved_prompt
+FROM sessions AS s LEFT JOIN system_prompts AS p ON p.hash = s.system_prompt_hash
+WHERE s.id = ?
+"""
+
+
+def resolve_prompt(row: dict[str, Any]) -> dict[str, Any]:
+    """Replace the inline ``system_prompt`` with the de-duplicated prompt text."""
+    row["system_prompt"] = row.pop("_resolved_prompt")
+    return row
+
+
+def get_session(conn: Any, session_id: str) -> dict[str, Any] | None:
+    rows = fetch_dicts(conn, _SESSION_SQL, (session_id,))
+    return resolve_prompt(rows[0]) if rows else None
+
+
+def get_messages(
+    conn: Any,
+    session_id: str,
+    include_inactive: bool,
+    limit: int | None,
+    offset: int,
+    latest: bool,
+    after_id: int | None,
+) -> list[dict[str, Any]]:
+    where = ["session_id = ?"]
+    params: list[Any] = [session_id]
+    if not include_inactive:
+        where.append("active = 1")
+    if after_id is not None:
+        where.append("id > ?")
+        params.append(after_id)
+    sql = f"SELECT * FROM messages WHERE {' AND '.join(where)} ORDER BY id {'DESC' if latest else 'ASC'}"
+    if limit is not None or offset:
+        sql += " LIMIT ? OFFSET ?"
+        params.extend([-1 if limit is None else limit, offset])
+    rows = fetch_dicts(conn, sql, params)
+    if latest:
+        rows.reverse()
+    return [decode_message_row(r) for r in rows]
+
+
+def session_chain(conn: Any, session_id: str, max_hops: int = 100) -> list[str]:
+    """The session and its ancestors via ``parent_session_id``, root first (cycle-safe)."""
+    chain = [session_id]
+    seen = {session_id}
+    current = session_id
+    for _ in range(max_hops):
+        row = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (current,)).fetchone()
+        if row is None or row[0] is None or row[0] in seen:
+            break
+        current = row[0]
+        seen.add(current)
+        chain.append(current)
+    chain.reverse()
+    return chain
+
+
+def conversation_rows(conn: Any, session_id: str, include_ancestors: bool, include_inactive: bool) -> list[dict[str, Any]]:
+    """Raw message rows of the session (and its ancestors), root to tip, by id."""
+    with snapshot(conn):
+        ids = session_chain(conn, session_id) if include_ancestors else [session_id]
+        marks = ", ".join("?" * len(ids))
+        active = "" if include_inactive else " AND active = 1"
+        return fetch_dicts(
+            conn, f"SELECT * FROM messages WHERE session_id IN ({marks}){active} ORDER BY id", ids
+        )
+
+
+def message_count(conn: Any, session_id: str | None) -> int:
+    if session_id:
+        return int(conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0])
+    return int(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+
+
+def get_meta(conn: Any, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]

@@ -1,0 +1,98 @@
+"""Apply one batch of commands as one SQLite transaction, on the writer thread.
+
+Each command runs inside its own SAVEPOINT: a command that raises is rolled
+back alone and its caller gets the exception; the rest of the batch commits.
+Some failures end the whole transaction (a full disk, an I/O error, SQLite
+rolling back on its own); the command that hit one fails with it and the
+others are applied again in a fresh transaction, so one bad command never
+takes its neighbours down.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from ..commands.base import Command
+from .driver import to_stdlib_error
+from .handlers import handler_for
+
+__all__ = ["Outcome", "apply_batch"]
+
+log = logging.getLogger("hermes_state.sqlite.writer")
+
+# (True, result) or (False, exception) per command, in batch order.
+Outcome = tuple[bool, Any]
+
+_FATAL_MARKERS = (
+    "database or disk is full",
+    "disk i/o error",
+    "out of memory",
+    "database disk image is malformed",
+    "file is not a database",
+    "readonly database",
+)
+
+
+def _ends_transaction(conn: Any, exc: BaseException) -> bool:
+    if not conn.in_transaction:
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in _FATAL_MARKERS)
+
+
+class _CommandEndedTransaction(Exception):
+    def __init__(self, position: int, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+
+
+def _rollback(conn: Any) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except Exception:  # the connection may already have rolled back
+            log.debug("rollback failed", exc_info=True)
+
+
+def _run_once(conn: Any, commands: Sequence[Command], positions: list[int], outcomes: list[Outcome | None]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for pos in positions:
+            command = commands[pos]
+            conn.execute("SAVEPOINT hermes_cmd")
+            try:
+                result = handler_for(command)(conn, command)
+            except Exception as exc:
+                if _ends_transaction(conn, exc):
+                    raise _CommandEndedTransaction(pos, exc) from exc
+                conn.execute("ROLLBACK TO hermes_cmd")
+                conn.execute("RELEASE hermes_cmd")
+                outcomes[pos] = (False, to_stdlib_error(exc))
+            else:
+                conn.execute("RELEASE hermes_cmd")
+                outcomes[pos] = (True, result)
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        raise
+
+
+def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+    """Apply ``commands`` in order; returns one outcome per command.
+
+    Raises only when the transaction as a whole cannot start or commit (for
+    example the file is locked by another process); then no command of the
+    batch was applied.
+    """
+    outcomes: list[Outcome | None] = [None] * len(commands)
+    positions = list(range(len(commands)))
+    while positions:
+        try:
+            _run_once(conn, commands, positions, outcomes)
+            break
+        except _CommandEndedTransaction as failed:
+            outcomes[failed.position] = (False, to_stdlib_error(failed.error))
+            positions = [p for p in positions if p != failed.position]
+    return [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]

@@ -1,0 +1,647 @@
+"""``SessionDB``: the public facade over a backend and the single-writer actor.
+
+Every write method checks its arguments here, in the caller's task, encodes
+them into a frozen command and awaits the actor; nothing malformed is ever
+queued. Every read method goes straight to the backend's reader. The
+constructor does no I/O and binds no event loop: the first awaited call opens
+the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Iterable
+
+from . import conversation
+from .actor import WriterActor, WriterStoppedError
+from .backend import Backend
+from .commands import (
+    AppendMessages,
+    Command,
+    DeleteSession,
+    EndSession,
+    RecordAuxiliaryUsage,
+    ReopenSession,
+    ReplaceMessages,
+    SetMeta,
+    UpdateSessionMeta,
+    UpdateSessionModel,
+    UpdateSystemPrompt,
+    UpdateTokenCounts,
+    UpsertSession,
+)
+from .config import default_db_path
+from .encoding import encode_message_args, encode_message_dicts
+from .errors import SessionCompressionInProgressError, StoreClosedError
+
+__all__ = ["SessionDB"]
+
+log = logging.getLogger("hermes_state")
+
+# How long a write keeps retrying while another process holds the file lock.
+DEFAULT_PATIENCE = 20.0
+TRANSCRIPT_PATIENCE = 60.0
+# How long an append waits for another writer's compression lease.
+COMPRESSION_GUARD_PATIENCE = 5.0
+
+
+def _require_id(value: Any, name: str = "session_id") -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    return value
+
+
+def _opt_text(value: Any, name: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
+
+
+def _count(value: Any, name: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def _opt_number(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number or None, not {type(value).__name__}")
+    return float(value)
+
+
+def _rows_size(rows: Iterable[Any]) -> int:
+    total = 0
+    for row in rows:
+        content = row.content
+        total += 64 + (len(content) if isinstance(content, (str, bytes)) else 0)
+        for extra in (row.tool_calls, row.reasoning, row.reasoning_content, row.api_content):
+            if extra:
+                total += len(extra)
+    return total
+
+
+def _locked_error(patience: float, cause: BaseException) -> sqlite3.OperationalError:
+    err = sqlite3.OperationalError(
+        f"database is locked (another Hermes process held the state.db write lock for over {patience:g}s — "
+        "likely a long maintenance operation such as VACUUM, a large WAL checkpoint, or an older "
+        "pre-update process; the database itself is healthy)"
+    )
+    err.__cause__ = cause
+    return err
+
+
+class SessionDB:
+    """An async session store shared by every agent of one worker.
+
+    ``SessionDB(db_path=None, read_only=False)`` records the path only;
+    ``db_path`` defaults to ``$HERMES_HOME/state.db``. Await ``close()`` once
+    at shutdown: it applies every queued write, then closes the connections.
+    """
+
+    MAX_TITLE_LENGTH: ClassVar[int] = 100
+    TITLE_SOURCE_DERIVED: ClassVar[str] = "derived"
+    TITLE_SOURCE_LLM: ClassVar[str] = "llm"
+    TITLE_SOURCE_USER: ClassVar[str] = "user"
+
+    def __init__(self, db_path: os.PathLike[str] | str | None = None, read_only: bool = False) -> None:
+        self.db_path: Path = Path(db_path).expanduser() if db_path is not None else default_db_path()
+        self.read_only: bool = bool(read_only)
+        self._backend: Backend = self._make_backend()
+        self._actor = WriterActor(self._backend.apply_batch)
+        self._open_lock: asyncio.Lock | None = None
+        self._opened = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._close_task: asyncio.Task[None] | None = None
+
+    def _make_backend(self) -> Backend:
+        from .sqlite.backend import SQLiteBackend
+
+        home = Path(os.environ["HERMES_HOME"]).expanduser() if os.environ.get("HERMES_HOME") else None
+        return SQLiteBackend(self.db_path, read_only=self.read_only, home=home)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("open" if self._opened else "unopened")
+        return f"<{type(self).__name__} {str(self.db_path)!r} {state}{' read-only' if self.read_only else ''}>"
+
+    async def __aenter__(self) -> "SessionDB":
+        await self._ensure_open()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # --------------------------------------------------------------- lifecycle
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` has been called."""
+        return self._closed
+
+    async def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError()
+        loop = asyncio.get_running_loop()
+        if self._opened:
+            if loop is not self._loop:
+                raise RuntimeError("this SessionDB was opened on another event loop; create one store per loop")
+            return
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._closed:
+                raise StoreClosedError()
+            if self._opened:
+                return
+            await self._backend.open()
+            self._loop = loop
+            if not self.read_only:
+                self._actor.start()
+            self._opened = True
+
+    async def close(self) -> None:
+        """Apply every queued write, then close all connections. Idempotent.
+
+        Concurrent and repeated calls share one close. A caller cancelled
+        while waiting still lets the close finish, then sees the cancellation.
+        """
+        if self._close_task is None:
+            self._closed = True
+            self._close_task = asyncio.get_running_loop().create_task(self._shutdown(), name="hermes-state-close")
+        task = self._close_task
+        cancelled = False
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError()
+        task.result()
+
+    async def _shutdown(self) -> None:
+        try:
+            await self._actor.stop()
+        finally:
+            await self._backend.close()
+
+    async def storage_info(self) -> dict[str, Any]:
+        """Return facts about the open store: backend, driver, SQLite version, journal mode, schema version."""
+        await self._ensure_open()
+        return await self._backend.storage_info()
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _write(self, command: Command, *, patience: float = DEFAULT_PATIENCE, size: int = 0) -> Any:
+        """Queue ``command`` and return its result once committed, retrying lock contention."""
+        if self.read_only:
+            raise self._backend.readonly_error()
+        await self._ensure_open()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        guard_started: float | None = None
+        while True:
+            try:
+                return await self._actor.submit(command, size)
+            except WriterStoppedError:
+                if self._closed:
+                    raise StoreClosedError() from None
+                raise
+            except SessionCompressionInProgressError:
+                now = loop.time()
+                guard_started = guard_started if guard_started is not None else now
+                if now - guard_started >= COMPRESSION_GUARD_PATIENCE or now - started >= patience:
+                    raise
+            except Exception as exc:
+                if not self._backend.is_busy_error(exc):
+                    raise
+                if loop.time() - started >= patience:
+                    raise _locked_error(patience, exc) from exc
+            if self._closed:
+                raise StoreClosedError()
+            elapsed = loop.time() - started
+            pause = random.uniform(0.02, 0.15) if elapsed < 2.0 else random.uniform(0.25, 1.0)
+            await asyncio.sleep(max(0.0, min(pause, patience - elapsed)))
+
+    async def _reader(self) -> Any:
+        await self._ensure_open()
+        return self._backend.reader
+
+    # ------------------------------------------------------------------ sessions
+
+    def _upsert_command(self, session_id: Any, source: Any, fields: dict[str, Any]) -> UpsertSession:
+        session_id = _require_id(session_id)
+        if not isinstance(source, str):
+            raise TypeError(f"source must be a str, not {type(source).__name__}")
+        for name, value in fields.items():
+            if name != "model_config":
+                _opt_text(value, name)
+        config = fields.pop("model_config")
+        if config is not None and not isinstance(config, dict):
+            raise TypeError(f"model_config must be a dict or None, not {type(config).__name__}")
+        try:
+            config_json = json.dumps(config) if config else None
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"model_config cannot be stored as JSON: {exc}") from None
+        parent = fields.get("parent_session_id")
+        if parent is not None:
+            _require_id(parent, "parent_session_id")
+        prompt = fields.pop("system_prompt")
+        from .sqlite.schema import prompt_hash
+
+        return UpsertSession(
+            session_id=session_id,
+            source=source,
+            started_at=time.time(),
+            model_config=config_json,
+            system_prompt=prompt,
+            system_prompt_hash=prompt_hash(prompt) if prompt is not None else None,
+            **fields,
+        )
+
+    async def create_session(
+        self,
+        session_id: str,
+        source: str,
+        *,
+        model: str | None = None,
+        model_config: dict[str, Any] | None = None,
+        system_prompt: str | None = None,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+        parent_session_id: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+        git_repo_root: str | None = None,
+        origin_json: str | None = None,
+        display_name: str | None = None,
+    ) -> str:
+        """Create the session, or fill the NULL fields of an existing one; returns ``session_id``.
+
+        ``source``, ``user_id`` and ``started_at`` never change once set. A
+        ``parent_session_id`` that does not exist raises
+        :class:`~hermes_state.SessionNotFoundError` (an ``sqlite3.IntegrityError``).
+        """
+        fields = dict(
+            model=model, model_config=model_config, system_prompt=system_prompt, user_id=user_id,
+            session_key=session_key, chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
+            parent_session_id=parent_session_id, cwd=cwd, profile_name=profile_name,
+            git_repo_root=git_repo_root, origin_json=origin_json, display_name=display_name,
+        )
+        command = self._upsert_command(session_id, source, fields)
+        return await self._write(command, patience=TRANSCRIPT_PATIENCE)
+
+    async def ensure_session(
+        self,
+        session_id: str,
+        source: str = "unknown",
+        model: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Like :meth:`create_session` with ``source`` defaulting to ``"unknown"``; returns ``session_id``."""
+        return await self.create_session(session_id, source, model=model, **kwargs)
+
+    async def reopen_session(self, session_id: str) -> None:
+        """Clear ``ended_at`` and ``end_reason``; unknown sessions are a no-op. Returns None."""
+        await self._write(ReopenSession(session_id=_require_id(session_id)))
+
+    async def end_session(self, session_id: str, end_reason: str) -> None:
+        """End the session unless it already ended (the first reason wins). Returns None."""
+        if not isinstance(end_reason, str):
+            raise TypeError(f"end_reason must be a str, not {type(end_reason).__name__}")
+        await self._write(EndSession(session_id=_require_id(session_id), end_reason=end_reason, ended_at=time.time()))
+
+    async def delete_session(
+        self,
+        session_id: str,
+        sessions_dir: os.PathLike[str] | str | None = None,
+        expected_delete_ids: list[str] | None = None,
+    ) -> bool:
+        """Delete the session, its delegate sub-sessions and their messages.
+
+        Other children are detached and survive. With ``expected_delete_ids``
+        nothing is deleted unless the target set still matches it. Returns
+        True when something was deleted, False for an unknown id or a mismatch.
+        """
+        expected = None
+        if expected_delete_ids is not None:
+            expected = tuple(_require_id(i, "expected_delete_ids item") for i in expected_delete_ids)
+        removed = await self._write(DeleteSession(session_id=_require_id(session_id), expected_delete_ids=expected))
+        if removed and sessions_dir is not None:
+            _remove_session_files(Path(sessions_dir), removed)
+        return bool(removed)
+
+    async def update_session_meta(self, session_id: str, model_config_json: str | None, model: str | None = None) -> None:
+        """Overwrite ``model_config`` with the given JSON text; keep the model when ``model`` is None. Returns None."""
+        await self._write(
+            UpdateSessionMeta(
+                session_id=_require_id(session_id),
+                model_config_json=_opt_text(model_config_json, "model_config_json"),
+                model=_opt_text(model, "model"),
+            )
+        )
+
+    async def update_session_model(self, session_id: str, model: str) -> None:
+        """Switch the session's model, dropping its browser model lock and system prompt. Returns None."""
+        if not isinstance(model, str):
+            raise TypeError(f"model must be a str, not {type(model).__name__}")
+        await self._write(UpdateSessionModel(session_id=_require_id(session_id), model=model))
+
+    async def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
+        """Store (de-duplicated) and reference the prompt; None clears it. Returns None."""
+        from .sqlite.schema import prompt_hash
+
+        prompt = _opt_text(system_prompt, "system_prompt")
+        await self._write(
+            UpdateSystemPrompt(
+                session_id=_require_id(session_id),
+                system_prompt=prompt,
+                system_prompt_hash=prompt_hash(prompt) if prompt is not None else None,
+            )
+        )
+
+    # ------------------------------------------------------------------ messages
+
+    async def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: Any = None,
+        tool_name: str | None = None,
+        tool_calls: Any = None,
+        tool_call_id: str | None = None,
+        token_count: int | None = None,
+        finish_reason: str | None = None,
+        reasoning: str | None = None,
+        reasoning_content: str | None = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+        codex_message_items: Any = None,
+        platform_message_id: str | None = None,
+        observed: bool = False,
+        effect_disposition: str | None = None,
+        timestamp: Any = None,
+        api_content: str | None = None,
+        display_kind: str | None = None,
+        display_metadata: dict[str, Any] | None = None,
+        compression_lock_holder: str | None = None,
+    ) -> int:
+        """Append one message; returns its row id once committed.
+
+        Raises :class:`~hermes_state.SessionNotFoundError` for an unknown
+        session, :class:`~hermes_state.CompressionSessionClosedError` when the
+        session was closed by compression, and
+        :class:`~hermes_state.SessionCompressionInProgressError` when another
+        writer's compression lease stays live for more than 5 seconds.
+        """
+        row = encode_message_args(
+            role=role, content=content, tool_name=tool_name, tool_calls=tool_calls,
+            tool_call_id=tool_call_id, token_count=token_count, finish_reason=finish_reason,
+            reasoning=reasoning, reasoning_content=reasoning_content, reasoning_details=reasoning_details,
+            codex_reasoning_items=codex_reasoning_items, codex_message_items=codex_message_items,
+            platform_message_id=platform_message_id, observed=observed,
+            effect_disposition=effect_disposition, timestamp=timestamp, api_content=api_content,
+            display_kind=display_kind, display_metadata=display_metadata,
+        )
+        command = AppendMessages(
+            session_id=_require_id(session_id),
+            rows=(row,),
+            compression_lock_holder=_opt_text(compression_lock_holder, "compression_lock_holder"),
+            want_id=True,
+        )
+        return await self._write(command, patience=TRANSCRIPT_PATIENCE, size=_rows_size(command.rows))
+
+    async def append_messages_batch(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        compression_lock_holder: str | None = None,
+        chunk_rows: int | None = None,
+    ) -> int:
+        """Append message dicts in order, all-or-nothing per transaction; returns the rows written.
+
+        With ``chunk_rows`` the list is written in consecutive transactions of
+        at most that many rows (earlier chunks stay committed if a later one fails).
+        """
+        session_id = _require_id(session_id)
+        holder = _opt_text(compression_lock_holder, "compression_lock_holder")
+        if chunk_rows is not None:
+            if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int):
+                raise TypeError(f"chunk_rows must be an int or None, not {type(chunk_rows).__name__}")
+            if chunk_rows <= 0:
+                raise ValueError("chunk_rows must be positive")
+        rows = encode_message_dicts(messages)
+        if not rows:
+            return 0
+        step = chunk_rows if chunk_rows is not None else len(rows)
+        total = 0
+        for start in range(0, len(rows), step):
+            chunk = rows[start : start + step]
+            command = AppendMessages(session_id=session_id, rows=chunk, compression_lock_holder=holder)
+            total += await self._write(command, patience=TRANSCRIPT_PATIENCE, size=_rows_size(chunk))
+        return total
+
+    async def replace_messages(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        active_only: bool = False,
+        archive_dropped: bool = False,
+    ) -> None:
+        """Replace the session's transcript and reset its counters to the new rows. Returns None.
+
+        ``archive_dropped`` keeps the old rows on disk as inactive;
+        ``active_only`` deletes only the active rows; otherwise all rows go.
+        """
+        rows = encode_message_dicts(messages)
+        command = ReplaceMessages(
+            session_id=_require_id(session_id), rows=rows, active_only=bool(active_only), archive_dropped=bool(archive_dropped)
+        )
+        await self._write(command, size=_rows_size(rows))
+
+    # ---------------------------------------------------------------------- usage
+
+    async def update_token_counts(
+        self,
+        session_id: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+        api_call_count: int = 0,
+        absolute: bool = False,
+    ) -> None:
+        """Add (or with ``absolute=True`` set) the session's token and cost totals. Returns None.
+
+        Creates the session with source ``"unknown"`` when it does not exist.
+        Incremental deltas also feed the per-model usage ledger.
+        """
+        command = UpdateTokenCounts(
+            session_id=_require_id(session_id),
+            now=time.time(),
+            input_tokens=_count(input_tokens, "input_tokens"),
+            output_tokens=_count(output_tokens, "output_tokens"),
+            model=_opt_text(model, "model"),
+            cache_read_tokens=_count(cache_read_tokens, "cache_read_tokens"),
+            cache_write_tokens=_count(cache_write_tokens, "cache_write_tokens"),
+            reasoning_tokens=_count(reasoning_tokens, "reasoning_tokens"),
+            estimated_cost_usd=_opt_number(estimated_cost_usd, "estimated_cost_usd"),
+            actual_cost_usd=_opt_number(actual_cost_usd, "actual_cost_usd"),
+            cost_status=_opt_text(cost_status, "cost_status"),
+            cost_source=_opt_text(cost_source, "cost_source"),
+            pricing_version=_opt_text(pricing_version, "pricing_version"),
+            billing_provider=_opt_text(billing_provider, "billing_provider"),
+            billing_base_url=_opt_text(billing_base_url, "billing_base_url"),
+            billing_mode=_opt_text(billing_mode, "billing_mode"),
+            api_call_count=_count(api_call_count, "api_call_count"),
+            absolute=bool(absolute),
+        )
+        await self._write(command, patience=TRANSCRIPT_PATIENCE)
+
+    async def record_auxiliary_usage(
+        self,
+        session_id: str,
+        task: str,
+        *,
+        model: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+    ) -> None:
+        """Add one auxiliary call (e.g. title generation) to the usage ledger. Returns None.
+
+        Session totals are not touched. Empty ``session_id`` or ``task`` is a no-op.
+        """
+        if not session_id or not task:
+            return
+        command = RecordAuxiliaryUsage(
+            session_id=_require_id(session_id),
+            task=_require_id(task, "task"),
+            now=time.time(),
+            model=_opt_text(model, "model"),
+            billing_provider=_opt_text(billing_provider, "billing_provider"),
+            billing_base_url=_opt_text(billing_base_url, "billing_base_url"),
+            input_tokens=_count(input_tokens, "input_tokens"),
+            output_tokens=_count(output_tokens, "output_tokens"),
+            cache_read_tokens=_count(cache_read_tokens, "cache_read_tokens"),
+            cache_write_tokens=_count(cache_write_tokens, "cache_write_tokens"),
+            reasoning_tokens=_count(reasoning_tokens, "reasoning_tokens"),
+            estimated_cost_usd=_opt_number(estimated_cost_usd, "estimated_cost_usd"),
+        )
+        await self._write(command, patience=TRANSCRIPT_PATIENCE)
+
+    # ----------------------------------------------------------------------- meta
+
+    async def get_meta(self, key: str) -> str | None:
+        """Return the ``state_meta`` value for ``key``, or None."""
+        reader = await self._reader()
+        return await reader.get_meta(_require_id(key, "key"))
+
+    async def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
+        """Upsert a ``state_meta`` key (``cursor`` is accepted for compatibility and ignored). Returns None."""
+        await self._write(SetMeta(key=_require_id(key, "key"), value=None if value is None else str(value)))
+
+    # ---------------------------------------------------------------------- reads
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        """Return the session row as a dict (``system_prompt`` resolved), or None if unknown."""
+        reader = await self._reader()
+        return await reader.get_session(_require_id(session_id))
+
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Return the session's message rows in id order (decoded), optionally paged.
+
+        ``latest=True`` takes the page from the newest end but still returns
+        it oldest first. ``after_id`` cannot be combined with ``latest`` or ``offset``.
+        """
+        if after_id is not None and (latest or offset):
+            raise ValueError("after_id is incompatible with latest/offset paging")
+        if limit is not None:
+            limit = _count(limit, "limit")
+            if limit < 0:
+                raise ValueError("limit must be non-negative")
+        offset = _count(offset, "offset")
+        if offset < 0:
+            raise ValueError("offset must be non-negative")
+        if after_id is not None:
+            after_id = _count(after_id, "after_id")
+        reader = await self._reader()
+        return await reader.get_messages(_require_id(session_id), bool(include_inactive), limit, offset, bool(latest), after_id)
+
+    async def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+        repair_alternation: bool = False,
+        include_row_ids: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Return the transcript as OpenAI-style message dicts (``[]`` for an unknown session)."""
+        reader = await self._reader()
+        rows = await reader.conversation_rows(_require_id(session_id), bool(include_ancestors), bool(include_inactive))
+        return conversation.build_conversation(
+            rows,
+            include_ancestors=bool(include_ancestors),
+            include_row_ids=bool(include_row_ids),
+            repair_alternation=bool(repair_alternation),
+        )
+
+    async def message_count(self, session_id: str | None = None) -> int:
+        """Return how many rows the session has (inactive ones included), or the whole table's count."""
+        reader = await self._reader()
+        return await reader.message_count(session_id or None)
+
+
+def _remove_session_files(directory: Path, session_ids: Iterable[str]) -> None:
+    """Best effort: drop transcript files a host kept beside the database."""
+    for session_id in session_ids:
+        candidates = [directory / f"{session_id}.json", directory / f"{session_id}.jsonl"]
+        candidates.extend(directory.glob(f"request_dump_{session_id}_*.json"))
+        for path in candidates:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.debug("could not remove %s: %s", path, exc)
