@@ -8,6 +8,8 @@ with msgspec and replayed in tests.
 
 from __future__ import annotations
 
+from typing import Union
+
 from .base import Command
 from .messages import AppendMessages, MessageRow, ReplaceMessages
 from .meta import SetMeta
@@ -22,7 +24,15 @@ from .sessions import (
 )
 from .usage import RecordAuxiliaryUsage, UpdateTokenCounts
 
+# Every concrete command; decode a mixed stream with ``msgspec.msgpack.decode(data, type=AnyCommand)``.
+AnyCommand = Union[
+    AppendMessages, ReplaceMessages, SetMeta, DeleteSession, EndSession, ReopenSession,
+    UpdateSessionMeta, UpdateSessionModel, UpdateSystemPrompt, UpsertSession,
+    RecordAuxiliaryUsage, UpdateTokenCounts,
+]
+
 __all__ = [
+    "AnyCommand",
     "Command",
     "AppendMessages",
     "MessageRow",

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any
 
 import msgspec
 
 from .base import Command
 
-# What the ``content`` column may hold after encoding (see hermes_state.encoding).
-ContentValue = Union[str, bytes, int, float, None]
+# What the ``content`` column may hold after encoding: str, bytes, int, float
+# or None (see hermes_state.encoding). msgspec cannot decode a union of str
+# and bytes, so it is typed as Any; msgpack keeps the two apart on the wire.
+ContentValue = Any
 
 
 class MessageRow(msgspec.Struct, frozen=True, array_like=True):
