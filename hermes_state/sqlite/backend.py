@@ -51,10 +51,18 @@ def _setup_writer(conn: Any, config: StoreConfig, label: str) -> dict[str, Any]:
     return facts
 
 
-def _setup_reader(conn: Any, config: StoreConfig) -> str:
+def _setup_reader(conn: Any, config: StoreConfig) -> dict[str, Any]:
     apply_database_pragmas(conn, config.database, busy_timeout_ms=READER_BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA query_only=ON")
-    return read_journal_mode(conn)
+    facts: dict[str, Any] = {"journal_mode": read_journal_mode(conn)}
+    try:
+        row = conn.execute("SELECT version FROM schema_version LIMIT 1").fetchone()
+        facts["schema_version"] = None if row is None else int(row[0])
+        fts = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'").fetchone()
+        facts["fts"] = "none" if fts is None else ("current" if "tool_name" in (fts[0] or "") else "legacy")
+    except Exception as exc:  # not a hermes database (yet)
+        raise sqlite3.OperationalError(f"not a hermes state database (open it writable once to create the schema): {exc}") from exc
+    return facts
 
 
 def _checkpoint(conn: Any) -> None:
@@ -126,8 +134,9 @@ class SQLiteBackend:
                 raise sqlite3.OperationalError(f"unable to open database file: {self.path} does not exist")
             uri = self.path.absolute().as_uri() + "?mode=ro"
             self._reader_conn = await open_connection(uri, uri=True, timeout=READER_BUSY_TIMEOUT_MS / 1000)
-            mode = await run_on(self._reader_conn, _setup_reader, self.config)
-            self._facts.setdefault("journal_mode", mode)
+            facts = await run_on(self._reader_conn, _setup_reader, self.config)
+            for key, value in facts.items():
+                self._facts.setdefault(key, value)
         except BaseException:
             await self.close()
             raise
