@@ -18,27 +18,14 @@ Outcome = tuple[bool, Any]
 
 
 class Reader(Protocol):
-    """Read queries; never blocked by the write queue."""
+    """Named read queries; never blocked by the write queue.
 
-    async def get_session(self, session_id: str) -> dict[str, Any] | None: ...
+    Each backend registers one implementation per query name (the SQLite ones
+    live in ``hermes_state.sqlite.queries``); the facade calls them by name.
+    """
 
-    async def get_messages(
-        self,
-        session_id: str,
-        include_inactive: bool,
-        limit: int | None,
-        offset: int,
-        latest: bool,
-        after_id: int | None,
-    ) -> list[dict[str, Any]]: ...
-
-    async def conversation_rows(
-        self, session_id: str, include_ancestors: bool, include_inactive: bool
-    ) -> list[dict[str, Any]]: ...
-
-    async def message_count(self, session_id: str | None) -> int: ...
-
-    async def get_meta(self, key: str) -> str | None: ...
+    async def query(self, name: str, *args: Any) -> Any:
+        """Run the query called ``name`` and return its result."""
 
 
 class Backend(Protocol):

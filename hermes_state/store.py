@@ -9,22 +9,16 @@ the database.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import random
-import sqlite3
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, Iterable
 
 from . import conversation
-from .actor import WriterActor, WriterStoppedError
-from .backend import Backend
 from .commands import (
     AppendMessages,
-    Command,
     DeleteSession,
     EndSession,
     RecordAuxiliaryUsage,
@@ -37,220 +31,32 @@ from .commands import (
     UpdateTokenCounts,
     UpsertSession,
 )
-from .config import default_db_path
 from .encoding import encode_message_args, encode_message_dicts
-from .errors import SessionCompressionInProgressError, StoreClosedError
+from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
+from .methods.compression import CompressionMethods
+from .methods.listing import ListingMethods
+from .methods.maintenance import MaintenanceMethods
+from .methods.search import SearchMethods
+from .methods.titles import TitleMethods
+from .methods.usage import UsageMethods
 
 __all__ = ["SessionDB"]
 
 log = logging.getLogger("hermes_state")
 
-# How long a write keeps retrying while another process holds the file lock.
-DEFAULT_PATIENCE = 20.0
-TRANSCRIPT_PATIENCE = 60.0
-# How long an append waits for another writer's compression lease.
-COMPRESSION_GUARD_PATIENCE = 5.0
 
-
-def _require_id(value: Any, name: str = "session_id") -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if not value or not value.strip():
-        raise ValueError(f"{name} must be a non-empty string")
-    if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL characters")
-    return value
-
-
-def _opt_text(value: Any, name: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
-
-
-def _count(value: Any, name: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    return value
-
-
-def _opt_number(value: Any, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number or None, not {type(value).__name__}")
-    return float(value)
-
-
-def _rows_size(rows: Iterable[Any]) -> int:
-    total = 0
-    for row in rows:
-        content = row.content
-        total += 64 + (len(content) if isinstance(content, (str, bytes)) else 0)
-        for extra in (row.tool_calls, row.reasoning, row.reasoning_content, row.api_content):
-            if extra:
-                total += len(extra)
-    return total
-
-
-def _locked_error(patience: float, cause: BaseException) -> sqlite3.OperationalError:
-    err = sqlite3.OperationalError(
-        f"database is locked (another Hermes process held the state.db write lock for over {patience:g}s — "
-        "likely a long maintenance operation such as VACUUM, a large WAL checkpoint, or an older "
-        "pre-update process; the database itself is healthy)"
-    )
-    err.__cause__ = cause
-    return err
-
-
-class SessionDB:
-    """An async session store shared by every agent of one worker.
-
-    ``SessionDB(db_path=None, read_only=False)`` records the path only;
-    ``db_path`` defaults to ``$HERMES_HOME/state.db``. Await ``close()`` once
-    at shutdown: it applies every queued write, then closes the connections.
-    """
-
-    MAX_TITLE_LENGTH: ClassVar[int] = 100
-    TITLE_SOURCE_DERIVED: ClassVar[str] = "derived"
-    TITLE_SOURCE_LLM: ClassVar[str] = "llm"
-    TITLE_SOURCE_USER: ClassVar[str] = "user"
-
-    def __init__(self, db_path: os.PathLike[str] | str | None = None, read_only: bool = False) -> None:
-        self.db_path: Path = Path(db_path).expanduser() if db_path is not None else default_db_path()
-        self.read_only: bool = bool(read_only)
-        self._backend: Backend = self._make_backend()
-        self._actor = WriterActor(self._backend.apply_batch)
-        self._open_lock: asyncio.Lock | None = None
-        self._opened = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._closed = False
-        self._close_task: asyncio.Task[None] | None = None
-
-    def _make_backend(self) -> Backend:
-        from .sqlite.backend import SQLiteBackend
-
-        home = Path(os.environ["HERMES_HOME"]).expanduser() if os.environ.get("HERMES_HOME") else None
-        return SQLiteBackend(self.db_path, read_only=self.read_only, home=home)
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else ("open" if self._opened else "unopened")
-        return f"<{type(self).__name__} {str(self.db_path)!r} {state}{' read-only' if self.read_only else ''}>"
-
-    async def __aenter__(self) -> "SessionDB":
-        await self._ensure_open()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    # --------------------------------------------------------------- lifecycle
-
-    @property
-    def closed(self) -> bool:
-        """True once ``close()`` has been called."""
-        return self._closed
-
-    async def _ensure_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError()
-        loop = asyncio.get_running_loop()
-        if self._opened:
-            if loop is not self._loop:
-                raise RuntimeError("this SessionDB was opened on another event loop; create one store per loop")
-            return
-        if self._open_lock is None:
-            self._open_lock = asyncio.Lock()
-        async with self._open_lock:
-            if self._closed:
-                raise StoreClosedError()
-            if self._opened:
-                return
-            await self._backend.open()
-            self._loop = loop
-            if not self.read_only:
-                self._actor.start()
-            self._opened = True
-
-    async def close(self) -> None:
-        """Apply every queued write, then close all connections. Idempotent.
-
-        Concurrent and repeated calls share one close. A caller cancelled
-        while waiting still lets the close finish, then sees the cancellation.
-        """
-        if self._close_task is None:
-            self._closed = True
-            self._close_task = asyncio.get_running_loop().create_task(self._shutdown(), name="hermes-state-close")
-        task = self._close_task
-        cancelled = False
-        while not task.done():
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError()
-        task.result()
-
-    async def _shutdown(self) -> None:
-        try:
-            await self._actor.stop()
-        finally:
-            await self._backend.close()
-
-    async def storage_info(self) -> dict[str, Any]:
-        """Return facts about the open store: backend, driver, SQLite version, journal mode, schema version."""
-        await self._ensure_open()
-        return await self._backend.storage_info()
-
-    # ------------------------------------------------------------------ plumbing
-
-    async def _write(self, command: Command, *, patience: float = DEFAULT_PATIENCE, size: int = 0) -> Any:
-        """Queue ``command`` and return its result once committed, retrying lock contention."""
-        if self.read_only:
-            raise self._backend.readonly_error()
-        await self._ensure_open()
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        guard_started: float | None = None
-        while True:
-            try:
-                return await self._actor.submit(command, size)
-            except WriterStoppedError:
-                if self._closed:
-                    raise StoreClosedError() from None
-                raise
-            except SessionCompressionInProgressError:
-                now = loop.time()
-                guard_started = guard_started if guard_started is not None else now
-                if now - guard_started >= COMPRESSION_GUARD_PATIENCE or now - started >= patience:
-                    raise
-            except Exception as exc:
-                if not self._backend.is_busy_error(exc):
-                    raise
-                if loop.time() - started >= patience:
-                    raise _locked_error(patience, exc) from exc
-            if self._closed:
-                raise StoreClosedError()
-            elapsed = loop.time() - started
-            pause = random.uniform(0.02, 0.15) if elapsed < 2.0 else random.uniform(0.25, 1.0)
-            await asyncio.sleep(max(0.0, min(pause, patience - elapsed)))
-
-    async def _reader(self) -> Any:
-        await self._ensure_open()
-        return self._backend.reader
+class CoreMethods(StoreBase):
+    """Sessions, messages, token accounting and metadata: the core transcript API."""
 
     # ------------------------------------------------------------------ sessions
 
     def _upsert_command(self, session_id: Any, source: Any, fields: dict[str, Any]) -> UpsertSession:
-        session_id = _require_id(session_id)
+        session_id = require_id(session_id)
         if not isinstance(source, str):
             raise TypeError(f"source must be a str, not {type(source).__name__}")
         for name, value in fields.items():
             if name != "model_config":
-                _opt_text(value, name)
+                opt_text(value, name)
         config = fields.pop("model_config")
         if config is not None and not isinstance(config, dict):
             raise TypeError(f"model_config must be a dict or None, not {type(config).__name__}")
@@ -260,7 +66,7 @@ class SessionDB:
             raise TypeError(f"model_config cannot be stored as JSON: {exc}") from None
         parent = fields.get("parent_session_id")
         if parent is not None:
-            _require_id(parent, "parent_session_id")
+            require_id(parent, "parent_session_id")
         prompt = fields.pop("system_prompt")
         from .sqlite.schema import prompt_hash
 
@@ -321,13 +127,13 @@ class SessionDB:
 
     async def reopen_session(self, session_id: str) -> None:
         """Clear ``ended_at`` and ``end_reason``; unknown sessions are a no-op. Returns None."""
-        await self._write(ReopenSession(session_id=_require_id(session_id)))
+        await self._write(ReopenSession(session_id=require_id(session_id)))
 
     async def end_session(self, session_id: str, end_reason: str) -> None:
         """End the session unless it already ended (the first reason wins). Returns None."""
         if not isinstance(end_reason, str):
             raise TypeError(f"end_reason must be a str, not {type(end_reason).__name__}")
-        await self._write(EndSession(session_id=_require_id(session_id), end_reason=end_reason, ended_at=time.time()))
+        await self._write(EndSession(session_id=require_id(session_id), end_reason=end_reason, ended_at=time.time()))
 
     async def delete_session(
         self,
@@ -343,8 +149,8 @@ class SessionDB:
         """
         expected = None
         if expected_delete_ids is not None:
-            expected = tuple(_require_id(i, "expected_delete_ids item") for i in expected_delete_ids)
-        removed = await self._write(DeleteSession(session_id=_require_id(session_id), expected_delete_ids=expected))
+            expected = tuple(require_id(i, "expected_delete_ids item") for i in expected_delete_ids)
+        removed = await self._write(DeleteSession(session_id=require_id(session_id), expected_delete_ids=expected))
         if removed and sessions_dir is not None:
             _remove_session_files(Path(sessions_dir), removed)
         return bool(removed)
@@ -353,9 +159,9 @@ class SessionDB:
         """Overwrite ``model_config`` with the given JSON text; keep the model when ``model`` is None. Returns None."""
         await self._write(
             UpdateSessionMeta(
-                session_id=_require_id(session_id),
-                model_config_json=_opt_text(model_config_json, "model_config_json"),
-                model=_opt_text(model, "model"),
+                session_id=require_id(session_id),
+                model_config_json=opt_text(model_config_json, "model_config_json"),
+                model=opt_text(model, "model"),
             )
         )
 
@@ -363,16 +169,16 @@ class SessionDB:
         """Switch the session's model, dropping its browser model lock and system prompt. Returns None."""
         if not isinstance(model, str):
             raise TypeError(f"model must be a str, not {type(model).__name__}")
-        await self._write(UpdateSessionModel(session_id=_require_id(session_id), model=model))
+        await self._write(UpdateSessionModel(session_id=require_id(session_id), model=model))
 
     async def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
         """Store (de-duplicated) and reference the prompt; None clears it. Returns None."""
         from .sqlite.schema import prompt_hash
 
-        prompt = _opt_text(system_prompt, "system_prompt")
+        prompt = opt_text(system_prompt, "system_prompt")
         await self._write(
             UpdateSystemPrompt(
-                session_id=_require_id(session_id),
+                session_id=require_id(session_id),
                 system_prompt=prompt,
                 system_prompt_hash=prompt_hash(prompt) if prompt is not None else None,
             )
@@ -422,12 +228,12 @@ class SessionDB:
             display_kind=display_kind, display_metadata=display_metadata,
         )
         command = AppendMessages(
-            session_id=_require_id(session_id),
+            session_id=require_id(session_id),
             rows=(row,),
-            compression_lock_holder=_opt_text(compression_lock_holder, "compression_lock_holder"),
+            compression_lock_holder=opt_text(compression_lock_holder, "compression_lock_holder"),
             want_id=True,
         )
-        return await self._write(command, patience=TRANSCRIPT_PATIENCE, size=_rows_size(command.rows))
+        return await self._write(command, patience=TRANSCRIPT_PATIENCE, size=rows_size(command.rows))
 
     async def append_messages_batch(
         self,
@@ -441,8 +247,8 @@ class SessionDB:
         With ``chunk_rows`` the list is written in consecutive transactions of
         at most that many rows (earlier chunks stay committed if a later one fails).
         """
-        session_id = _require_id(session_id)
-        holder = _opt_text(compression_lock_holder, "compression_lock_holder")
+        session_id = require_id(session_id)
+        holder = opt_text(compression_lock_holder, "compression_lock_holder")
         if chunk_rows is not None:
             if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int):
                 raise TypeError(f"chunk_rows must be an int or None, not {type(chunk_rows).__name__}")
@@ -456,7 +262,7 @@ class SessionDB:
         for start in range(0, len(rows), step):
             chunk = rows[start : start + step]
             command = AppendMessages(session_id=session_id, rows=chunk, compression_lock_holder=holder)
-            total += await self._write(command, patience=TRANSCRIPT_PATIENCE, size=_rows_size(chunk))
+            total += await self._write(command, patience=TRANSCRIPT_PATIENCE, size=rows_size(chunk))
         return total
 
     async def replace_messages(
@@ -473,9 +279,9 @@ class SessionDB:
         """
         rows = encode_message_dicts(messages)
         command = ReplaceMessages(
-            session_id=_require_id(session_id), rows=rows, active_only=bool(active_only), archive_dropped=bool(archive_dropped)
+            session_id=require_id(session_id), rows=rows, active_only=bool(active_only), archive_dropped=bool(archive_dropped)
         )
-        await self._write(command, size=_rows_size(rows))
+        await self._write(command, size=rows_size(rows))
 
     # ---------------------------------------------------------------------- usage
 
@@ -505,23 +311,23 @@ class SessionDB:
         Incremental deltas also feed the per-model usage ledger.
         """
         command = UpdateTokenCounts(
-            session_id=_require_id(session_id),
+            session_id=require_id(session_id),
             now=time.time(),
-            input_tokens=_count(input_tokens, "input_tokens"),
-            output_tokens=_count(output_tokens, "output_tokens"),
-            model=_opt_text(model, "model"),
-            cache_read_tokens=_count(cache_read_tokens, "cache_read_tokens"),
-            cache_write_tokens=_count(cache_write_tokens, "cache_write_tokens"),
-            reasoning_tokens=_count(reasoning_tokens, "reasoning_tokens"),
-            estimated_cost_usd=_opt_number(estimated_cost_usd, "estimated_cost_usd"),
-            actual_cost_usd=_opt_number(actual_cost_usd, "actual_cost_usd"),
-            cost_status=_opt_text(cost_status, "cost_status"),
-            cost_source=_opt_text(cost_source, "cost_source"),
-            pricing_version=_opt_text(pricing_version, "pricing_version"),
-            billing_provider=_opt_text(billing_provider, "billing_provider"),
-            billing_base_url=_opt_text(billing_base_url, "billing_base_url"),
-            billing_mode=_opt_text(billing_mode, "billing_mode"),
-            api_call_count=_count(api_call_count, "api_call_count"),
+            input_tokens=count_arg(input_tokens, "input_tokens"),
+            output_tokens=count_arg(output_tokens, "output_tokens"),
+            model=opt_text(model, "model"),
+            cache_read_tokens=count_arg(cache_read_tokens, "cache_read_tokens"),
+            cache_write_tokens=count_arg(cache_write_tokens, "cache_write_tokens"),
+            reasoning_tokens=count_arg(reasoning_tokens, "reasoning_tokens"),
+            estimated_cost_usd=opt_number(estimated_cost_usd, "estimated_cost_usd"),
+            actual_cost_usd=opt_number(actual_cost_usd, "actual_cost_usd"),
+            cost_status=opt_text(cost_status, "cost_status"),
+            cost_source=opt_text(cost_source, "cost_source"),
+            pricing_version=opt_text(pricing_version, "pricing_version"),
+            billing_provider=opt_text(billing_provider, "billing_provider"),
+            billing_base_url=opt_text(billing_base_url, "billing_base_url"),
+            billing_mode=opt_text(billing_mode, "billing_mode"),
+            api_call_count=count_arg(api_call_count, "api_call_count"),
             absolute=bool(absolute),
         )
         await self._write(command, patience=TRANSCRIPT_PATIENCE)
@@ -548,18 +354,18 @@ class SessionDB:
         if not session_id or not task:
             return
         command = RecordAuxiliaryUsage(
-            session_id=_require_id(session_id),
-            task=_require_id(task, "task"),
+            session_id=require_id(session_id),
+            task=require_id(task, "task"),
             now=time.time(),
-            model=_opt_text(model, "model"),
-            billing_provider=_opt_text(billing_provider, "billing_provider"),
-            billing_base_url=_opt_text(billing_base_url, "billing_base_url"),
-            input_tokens=_count(input_tokens, "input_tokens"),
-            output_tokens=_count(output_tokens, "output_tokens"),
-            cache_read_tokens=_count(cache_read_tokens, "cache_read_tokens"),
-            cache_write_tokens=_count(cache_write_tokens, "cache_write_tokens"),
-            reasoning_tokens=_count(reasoning_tokens, "reasoning_tokens"),
-            estimated_cost_usd=_opt_number(estimated_cost_usd, "estimated_cost_usd"),
+            model=opt_text(model, "model"),
+            billing_provider=opt_text(billing_provider, "billing_provider"),
+            billing_base_url=opt_text(billing_base_url, "billing_base_url"),
+            input_tokens=count_arg(input_tokens, "input_tokens"),
+            output_tokens=count_arg(output_tokens, "output_tokens"),
+            cache_read_tokens=count_arg(cache_read_tokens, "cache_read_tokens"),
+            cache_write_tokens=count_arg(cache_write_tokens, "cache_write_tokens"),
+            reasoning_tokens=count_arg(reasoning_tokens, "reasoning_tokens"),
+            estimated_cost_usd=opt_number(estimated_cost_usd, "estimated_cost_usd"),
         )
         await self._write(command, patience=TRANSCRIPT_PATIENCE)
 
@@ -567,19 +373,17 @@ class SessionDB:
 
     async def get_meta(self, key: str) -> str | None:
         """Return the ``state_meta`` value for ``key``, or None."""
-        reader = await self._reader()
-        return await reader.get_meta(_require_id(key, "key"))
+        return await self._query("get_meta", require_id(key, "key"))
 
     async def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
         """Upsert a ``state_meta`` key (``cursor`` is accepted for compatibility and ignored). Returns None."""
-        await self._write(SetMeta(key=_require_id(key, "key"), value=None if value is None else str(value)))
+        await self._write(SetMeta(key=require_id(key, "key"), value=None if value is None else str(value)))
 
     # ---------------------------------------------------------------------- reads
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
         """Return the session row as a dict (``system_prompt`` resolved), or None if unknown."""
-        reader = await self._reader()
-        return await reader.get_session(_require_id(session_id))
+        return await self._query("get_session", require_id(session_id))
 
     async def get_messages(
         self,
@@ -598,16 +402,17 @@ class SessionDB:
         if after_id is not None and (latest or offset):
             raise ValueError("after_id is incompatible with latest/offset paging")
         if limit is not None:
-            limit = _count(limit, "limit")
+            limit = count_arg(limit, "limit")
             if limit < 0:
                 raise ValueError("limit must be non-negative")
-        offset = _count(offset, "offset")
+        offset = count_arg(offset, "offset")
         if offset < 0:
             raise ValueError("offset must be non-negative")
         if after_id is not None:
-            after_id = _count(after_id, "after_id")
-        reader = await self._reader()
-        return await reader.get_messages(_require_id(session_id), bool(include_inactive), limit, offset, bool(latest), after_id)
+            after_id = count_arg(after_id, "after_id")
+        return await self._query(
+            "get_messages", require_id(session_id), bool(include_inactive), limit, offset, bool(latest), after_id
+        )
 
     async def get_messages_as_conversation(
         self,
@@ -618,8 +423,9 @@ class SessionDB:
         include_row_ids: bool = False,
     ) -> list[dict[str, Any]]:
         """Return the transcript as OpenAI-style message dicts (``[]`` for an unknown session)."""
-        reader = await self._reader()
-        rows = await reader.conversation_rows(_require_id(session_id), bool(include_ancestors), bool(include_inactive))
+        rows = await self._query(
+            "conversation_rows", require_id(session_id), bool(include_ancestors), bool(include_inactive)
+        )
         return conversation.build_conversation(
             rows,
             include_ancestors=bool(include_ancestors),
@@ -629,8 +435,7 @@ class SessionDB:
 
     async def message_count(self, session_id: str | None = None) -> int:
         """Return how many rows the session has (inactive ones included), or the whole table's count."""
-        reader = await self._reader()
-        return await reader.message_count(session_id or None)
+        return await self._query("message_count", session_id or None)
 
 
 def _remove_session_files(directory: Path, session_ids: Iterable[str]) -> None:
@@ -645,3 +450,20 @@ def _remove_session_files(directory: Path, session_ids: Iterable[str]) -> None:
                 pass
             except OSError as exc:
                 log.debug("could not remove %s: %s", path, exc)
+
+
+class SessionDB(
+    SearchMethods,
+    CompressionMethods,
+    TitleMethods,
+    ListingMethods,
+    UsageMethods,
+    MaintenanceMethods,
+    CoreMethods,
+):
+    """An async session store shared by every agent of one worker.
+
+    ``SessionDB(db_path=None, read_only=False)`` records the path only;
+    ``db_path`` defaults to ``$HERMES_HOME/state.db``. Await ``close()`` once
+    at shutdown: it applies every queued write, then closes the connections.
+    """

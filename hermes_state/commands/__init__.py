@@ -8,7 +8,9 @@ with msgspec and replayed in tests.
 
 from __future__ import annotations
 
-from typing import Union
+import importlib
+import pkgutil
+from typing import Any, Union
 
 from .base import Command
 from .messages import AppendMessages, MessageRow, ReplaceMessages
@@ -24,12 +26,21 @@ from .sessions import (
 )
 from .usage import RecordAuxiliaryUsage, UpdateTokenCounts
 
+# Import every command module so each Command subclass exists before the union is built.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+
+def _concrete(cls: type[Command]) -> list[type[Command]]:
+    found: list[type[Command]] = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_concrete(sub))
+    return found
+
+
 # Every concrete command; decode a mixed stream with ``msgspec.msgpack.decode(data, type=AnyCommand)``.
-AnyCommand = Union[
-    AppendMessages, ReplaceMessages, SetMeta, DeleteSession, EndSession, ReopenSession,
-    UpdateSessionMeta, UpdateSessionModel, UpdateSystemPrompt, UpsertSession,
-    RecordAuxiliaryUsage, UpdateTokenCounts,
-]
+AnyCommand: Any = Union[tuple(_concrete(Command))]  # type: ignore[valid-type]
 
 __all__ = [
     "AnyCommand",

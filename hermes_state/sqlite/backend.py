@@ -14,7 +14,7 @@ from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import StoreClosedError
-from . import queries
+from .queries import query_for
 from .driver import driver_name, open_connection, run_on, sqlite_version_info
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
 from .schema import ensure_schema
@@ -73,41 +73,21 @@ def _checkpoint(conn: Any) -> None:
 
 
 class SQLiteReader:
-    """Runs read queries on the query-only connection, one thread hop per call."""
+    """Runs named read queries on the query-only connection, one thread hop per call."""
 
     def __init__(self, backend: "SQLiteBackend") -> None:
         self._backend = backend
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(raw_connection, *args)`` on the reader thread."""
         conn = self._backend._reader_conn
         if conn is None:
             raise StoreClosedError()
         return await run_on(conn, fn, *args)
 
-    async def get_session(self, session_id: str) -> dict[str, Any] | None:
-        return await self.run(queries.get_session, session_id)
-
-    async def get_messages(
-        self,
-        session_id: str,
-        include_inactive: bool,
-        limit: int | None,
-        offset: int,
-        latest: bool,
-        after_id: int | None,
-    ) -> list[dict[str, Any]]:
-        return await self.run(queries.get_messages, session_id, include_inactive, limit, offset, latest, after_id)
-
-    async def conversation_rows(
-        self, session_id: str, include_ancestors: bool, include_inactive: bool
-    ) -> list[dict[str, Any]]:
-        return await self.run(queries.conversation_rows, session_id, include_ancestors, include_inactive)
-
-    async def message_count(self, session_id: str | None) -> int:
-        return await self.run(queries.message_count, session_id)
-
-    async def get_meta(self, key: str) -> str | None:
-        return await self.run(queries.get_meta, key)
+    async def query(self, name: str, *args: Any) -> Any:
+        """Run the registered query ``name`` with ``args``; returns what it returns."""
+        return await self.run(query_for(name), *args)
 
 
 class SQLiteBackend:

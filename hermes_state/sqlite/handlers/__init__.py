@@ -2,12 +2,19 @@
 
 A handler receives the raw DB-API connection (inside the batch transaction
 and its own savepoint) and the command; what it returns resolves the caller's
-future after COMMIT, what it raises fails that caller alone.
+future after COMMIT, what it raises fails that caller alone. Every module of
+this package is imported here, so a new handler only needs ``@handles``.
 """
 
 from __future__ import annotations
 
-from . import messages, meta, sessions, usage  # noqa: F401  (registration side effect)
-from .registry import HANDLERS, handler_for
+import importlib
+import pkgutil
 
-__all__ = ["HANDLERS", "handler_for"]
+from .registry import HANDLERS, handler_for, handles
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in ("registry", "common"):
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["HANDLERS", "handler_for", "handles"]

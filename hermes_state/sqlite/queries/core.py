@@ -1,4 +1,4 @@
-"""Read queries, as synchronous functions that run on a read connection's thread.
+"""Core read queries (sessions, messages, meta).
 
 Each function takes the raw DB-API connection first. A function that issues
 several statements does so inside one read transaction, so it sees a single
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..encoding import decode_message_row
+from ...encoding import decode_message_row
+from .registry import query
 
 __all__ = [
     "fetch_dicts",
@@ -59,11 +60,13 @@ def resolve_prompt(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+@query
 def get_session(conn: Any, session_id: str) -> dict[str, Any] | None:
     rows = fetch_dicts(conn, _SESSION_SQL, (session_id,))
     return resolve_prompt(rows[0]) if rows else None
 
 
+@query
 def get_messages(
     conn: Any,
     session_id: str,
@@ -106,6 +109,7 @@ def session_chain(conn: Any, session_id: str, max_hops: int = 100) -> list[str]:
     return chain
 
 
+@query
 def conversation_rows(conn: Any, session_id: str, include_ancestors: bool, include_inactive: bool) -> list[dict[str, Any]]:
     """Raw message rows of the session (and its ancestors), root to tip, by id."""
     with snapshot(conn):
@@ -117,12 +121,14 @@ def conversation_rows(conn: Any, session_id: str, include_ancestors: bool, inclu
         )
 
 
+@query
 def message_count(conn: Any, session_id: str | None) -> int:
     if session_id:
         return int(conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0])
     return int(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
 
 
+@query
 def get_meta(conn: Any, key: str) -> str | None:
     row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
     return None if row is None else row[0]

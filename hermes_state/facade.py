@@ -1,0 +1,222 @@
+"""The plumbing every ``SessionDB`` method stands on: lifecycle, the write path, the read path.
+
+``StoreBase`` owns the backend and the writer actor. Method groups
+(``hermes_state.store`` and ``hermes_state.methods.*``) subclass it and only
+validate, build commands and call ``_write`` or ``_query``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, TypeVar
+
+from .actor import WriterActor, WriterStoppedError
+from .backend import Backend
+from .commands.base import Command
+from .config import default_db_path
+from .errors import SessionCompressionInProgressError, StoreClosedError
+
+__all__ = ["StoreBase", "require_id", "opt_text", "count_arg", "opt_number", "rows_size"]
+
+log = logging.getLogger("hermes_state")
+_S = TypeVar("_S", bound="StoreBase")
+
+# How long a write keeps retrying while another process holds the file lock.
+DEFAULT_PATIENCE = 20.0
+TRANSCRIPT_PATIENCE = 60.0
+ACTIVITY_PATIENCE = 0.5
+# How long an append waits for another writer's compression lease.
+COMPRESSION_GUARD_PATIENCE = 5.0
+
+
+def require_id(value: Any, name: str = "session_id") -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    return value
+
+
+def opt_text(value: Any, name: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
+
+
+def count_arg(value: Any, name: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def opt_number(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number or None, not {type(value).__name__}")
+    return float(value)
+
+
+def rows_size(rows: Iterable[Any]) -> int:
+    total = 0
+    for row in rows:
+        content = row.content
+        total += 64 + (len(content) if isinstance(content, (str, bytes)) else 0)
+        for extra in (row.tool_calls, row.reasoning, row.reasoning_content, row.api_content):
+            if extra:
+                total += len(extra)
+    return total
+
+
+def _locked_error(patience: float, cause: BaseException) -> sqlite3.OperationalError:
+    err = sqlite3.OperationalError(
+        f"database is locked (another Hermes process held the state.db write lock for over {patience:g}s — "
+        "likely a long maintenance operation such as VACUUM, a large WAL checkpoint, or an older "
+        "pre-update process; the database itself is healthy)"
+    )
+    err.__cause__ = cause
+    return err
+
+
+class StoreBase:
+    """Lifecycle and plumbing shared by every method group of ``SessionDB``."""
+
+    MAX_TITLE_LENGTH: ClassVar[int] = 100
+    TITLE_SOURCE_DERIVED: ClassVar[str] = "derived"
+    TITLE_SOURCE_LLM: ClassVar[str] = "llm"
+    TITLE_SOURCE_USER: ClassVar[str] = "user"
+
+    def __init__(self, db_path: os.PathLike[str] | str | None = None, read_only: bool = False) -> None:
+        self.db_path: Path = Path(db_path).expanduser() if db_path is not None else default_db_path()
+        self.read_only: bool = bool(read_only)
+        self._backend: Backend = self._make_backend()
+        self._actor = WriterActor(self._backend.apply_batch)
+        self._open_lock: asyncio.Lock | None = None
+        self._opened = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._close_task: asyncio.Task[None] | None = None
+
+    def _make_backend(self) -> Backend:
+        from .sqlite.backend import SQLiteBackend
+
+        home = Path(os.environ["HERMES_HOME"]).expanduser() if os.environ.get("HERMES_HOME") else None
+        return SQLiteBackend(self.db_path, read_only=self.read_only, home=home)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("open" if self._opened else "unopened")
+        return f"<{type(self).__name__} {str(self.db_path)!r} {state}{' read-only' if self.read_only else ''}>"
+
+    async def __aenter__(self: _S) -> _S:
+        await self._ensure_open()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # --------------------------------------------------------------- lifecycle
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` has been called."""
+        return self._closed
+
+    async def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError()
+        loop = asyncio.get_running_loop()
+        if self._opened:
+            if loop is not self._loop:
+                raise RuntimeError("this SessionDB was opened on another event loop; create one store per loop")
+            return
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._closed:
+                raise StoreClosedError()
+            if self._opened:
+                return
+            await self._backend.open()
+            self._loop = loop
+            if not self.read_only:
+                self._actor.start()
+            self._opened = True
+
+    async def close(self) -> None:
+        """Apply every queued write, then close all connections. Idempotent.
+
+        Concurrent and repeated calls share one close. A caller cancelled
+        while waiting still lets the close finish, then sees the cancellation.
+        """
+        if self._close_task is None:
+            self._closed = True
+            self._close_task = asyncio.get_running_loop().create_task(self._shutdown(), name="hermes-state-close")
+        task = self._close_task
+        cancelled = False
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError()
+        task.result()
+
+    async def _shutdown(self) -> None:
+        try:
+            await self._actor.stop()
+        finally:
+            await self._backend.close()
+
+    async def storage_info(self) -> dict[str, Any]:
+        """Return facts about the open store: backend, driver, SQLite version, journal mode, schema version."""
+        await self._ensure_open()
+        return await self._backend.storage_info()
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _write(self, command: Command, *, patience: float = DEFAULT_PATIENCE, size: int = 0) -> Any:
+        """Queue ``command`` and return its result once committed, retrying lock contention."""
+        if self.read_only:
+            raise self._backend.readonly_error()
+        await self._ensure_open()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        guard_started: float | None = None
+        while True:
+            try:
+                return await self._actor.submit(command, size)
+            except WriterStoppedError:
+                if self._closed:
+                    raise StoreClosedError() from None
+                raise
+            except SessionCompressionInProgressError:
+                now = loop.time()
+                guard_started = guard_started if guard_started is not None else now
+                if now - guard_started >= COMPRESSION_GUARD_PATIENCE or now - started >= patience:
+                    raise
+            except Exception as exc:
+                if not self._backend.is_busy_error(exc):
+                    raise
+                if loop.time() - started >= patience:
+                    raise _locked_error(patience, exc) from exc
+            if self._closed:
+                raise StoreClosedError()
+            elapsed = loop.time() - started
+            pause = random.uniform(0.02, 0.15) if elapsed < 2.0 else random.uniform(0.25, 1.0)
+            await asyncio.sleep(max(0.0, min(pause, patience - elapsed)))
+
+    async def _query(self, name: str, *args: Any) -> Any:
+        """Run the backend's read query ``name``; reads never enter the write queue."""
+        await self._ensure_open()
+        return await self._backend.reader.query(name, *args)
+

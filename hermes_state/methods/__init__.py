@@ -1,0 +1,1 @@
+"""Method groups of ``SessionDB``, one module per theme; ``hermes_state.store`` combines them."""
