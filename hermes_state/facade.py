@@ -173,9 +173,19 @@ class StoreBase:
 
     async def _shutdown(self) -> None:
         try:
-            await self._actor.stop()
+            try:
+                await self._before_close()
+            finally:
+                await self._actor.stop()
         finally:
             await self._backend.close()
+
+    async def _before_close(self) -> None:
+        """Hook for method groups that buffer work (e.g. coalesced token counts).
+
+        Runs at the start of ``close()``, before the write queue drains; the
+        store already refuses new calls. Overrides must call ``super()``.
+        """
 
     async def storage_info(self) -> dict[str, Any]:
         """Return facts about the open store: backend, driver, SQLite version, journal mode, schema version."""
@@ -184,11 +194,21 @@ class StoreBase:
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _write(self, command: Command, *, patience: float = DEFAULT_PATIENCE, size: int = 0) -> Any:
-        """Queue ``command`` and return its result once committed, retrying lock contention."""
+    async def _write(
+        self, command: Command, *, patience: float = DEFAULT_PATIENCE, size: int = 0, during_close: bool = False
+    ) -> Any:
+        """Queue ``command`` and return its result once committed, retrying lock contention.
+
+        ``during_close`` lets a ``_before_close`` hook flush buffered work
+        after the store started refusing new calls.
+        """
         if self.read_only:
             raise self._backend.readonly_error()
-        await self._ensure_open()
+        if during_close:
+            if not self._opened:
+                raise StoreClosedError()
+        else:
+            await self._ensure_open()
         loop = asyncio.get_running_loop()
         started = loop.time()
         guard_started: float | None = None
@@ -209,7 +229,7 @@ class StoreBase:
                     raise
                 if loop.time() - started >= patience:
                     raise _locked_error(patience, exc) from exc
-            if self._closed:
+            if self._closed and not during_close:
                 raise StoreClosedError()
             elapsed = loop.time() - started
             pause = random.uniform(0.02, 0.15) if elapsed < 2.0 else random.uniform(0.25, 1.0)

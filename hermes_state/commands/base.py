@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import msgspec
 
 
@@ -10,4 +12,10 @@ class Command(msgspec.Struct, frozen=True, tag=True, kw_only=True):
 
     ``tag=True`` makes each subclass encode with its class name, so a stream
     of mixed commands round-trips through ``msgspec`` unambiguously.
+
+    A subclass that sets ``standalone = True`` (VACUUM, checkpoints, bulk
+    maintenance that manages its own transactions) runs on the writer between
+    group-commit transactions, never inside one.
     """
+
+    standalone: ClassVar[bool] = False

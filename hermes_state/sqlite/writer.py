@@ -82,10 +82,36 @@ def _run_once(conn: Any, commands: Sequence[Command], positions: list[int], outc
 def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
     """Apply ``commands`` in order; returns one outcome per command.
 
-    Raises only when the transaction as a whole cannot start or commit (for
-    example the file is locked by another process); then no command of the
-    batch was applied.
+    Consecutive ordinary commands share one transaction; a ``standalone``
+    command runs on its own between them. Raises only when a transaction as a
+    whole cannot start or commit (for example the file is locked by another
+    process); then none of the batch's transactional commands were applied.
     """
+    if not any(c.standalone for c in commands):
+        return _apply_transaction(conn, commands)
+    outcomes: list[Outcome] = []
+    group: list[Command] = []
+    for command in [*commands, None]:
+        if command is not None and not command.standalone:
+            group.append(command)
+            continue
+        if group:
+            outcomes.extend(_apply_transaction(conn, group))
+            group = []
+        if command is not None:
+            outcomes.append(_apply_standalone(conn, command))
+    return outcomes
+
+
+def _apply_standalone(conn: Any, command: Command) -> Outcome:
+    try:
+        return (True, handler_for(command)(conn, command))
+    except Exception as exc:
+        _rollback(conn)
+        return (False, to_stdlib_error(exc))
+
+
+def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(commands)
     positions = list(range(len(commands)))
     while positions:
