@@ -147,7 +147,12 @@ class WriterActor:
         except asyncio.CancelledError:
             for item in live:
                 if not item.future.done():
-                    item.future.set_exception(WriterStoppedError("the SessionDB writer was cancelled"))
+                    item.future.set_exception(
+                        WriterStoppedError(
+                            "the SessionDB writer was cancelled while applying this write; it may or may "
+                            "not have committed (close the store before the event loop shuts down)"
+                        )
+                    )
             raise
         except Exception as exc:
             for item in live:

@@ -1,0 +1,76 @@
+"""Huge payloads, odd Unicode and a full database: clear errors, nothing stored is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+from hermes_state import SessionDB
+from hermes_state.sqlite.driver import run_on
+
+
+async def test_large_payload_round_trips(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    big = "ß🙂" * (4 * 1024 * 1024)  # 8 M characters, about 24 MB of UTF-8
+    mid = await store.append_message("s", "user", big)
+    rows = await store.get_messages("s")
+    assert [r["id"] for r in rows] == [mid]
+    assert rows[0]["content"] == big
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "\x00 NUL inside",
+        "RTL \u202e override and zero\u200bwidth",
+        "emoji 👩‍👩‍👧‍👦 and flags 🇯🇵",
+        "mixed 中文 日本語 한국어 العربية",
+        "'; DROP TABLE messages; --",
+        "%_\\ LIKE wildcards",
+    ],
+)
+async def test_odd_text_round_trips(store: SessionDB, text: str) -> None:
+    await store.create_session("s", "cli")
+    await store.append_message("s", "user", text, tool_name=text or None)
+    rows = await store.get_messages("s")
+    assert rows[0]["content"] == text
+    assert rows[0]["tool_name"] == (text or None)
+
+
+async def _set_max_pages(db: SessionDB, pages: int | None) -> int:
+    """Cap (or with None, uncap) the writer connection's database size; returns the page count."""
+
+    def apply(conn: object) -> int:
+        current = conn.execute("PRAGMA page_count").fetchone()[0]  # type: ignore[attr-defined]
+        limit = 2147483646 if pages is None else current + pages
+        conn.execute(f"PRAGMA max_page_count={limit}")  # type: ignore[attr-defined]
+        return int(current)
+
+    return await run_on(db._backend._writer_conn, apply)  # type: ignore[attr-defined]
+
+
+async def test_full_database_fails_the_big_write_alone(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    for i in range(20):
+        await store.append_message("s", "user", f"before {i}")
+    await _set_max_pages(store, 8)  # room for small rows, not for a large one
+    huge = "x" * (2 * 1024 * 1024)
+    results = await asyncio.gather(
+        store.append_message("s", "user", "small one"),
+        store.append_message("s", "user", huge),
+        store.append_message("s", "user", "small two"),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], sqlite3.OperationalError)
+    assert "full" in str(results[1])
+    assert isinstance(results[0], int) and isinstance(results[2], int)
+    contents = [r["content"] for r in await store.get_messages("s")]
+    assert contents == [f"before {i}" for i in range(20)] + ["small one", "small two"]
+    session = await store.get_session("s")
+    assert session is not None and session["message_count"] == 22
+    await _set_max_pages(store, None)
+    await store.append_message("s", "user", huge)
+    assert await store.message_count("s") == 23
