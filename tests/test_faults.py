@@ -46,15 +46,6 @@ async def _assert_counter_matches_rows(db: SessionDB, session_id: str) -> int:
     return len(rows)
 
 
-async def _wait_for(predicate: Any, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.001)
-
-
 async def _start_busy_writer(db: SessionDB, session_id: str, n_rows: int, tag: str) -> asyncio.Task[int]:
     """Queue one big append_messages_batch and return once the writer thread is running it."""
     batches_before = db._actor.batches
@@ -168,8 +159,16 @@ async def test_cancel_callers_while_writer_busy(store: SessionDB) -> None:
         t.cancel()
     big.cancel()  # already taken by the writer: must still commit whole
 
-    # The step that finishes the big batch also takes the next batch (C, D and withdrawn B).
-    await _wait_for(lambda: store._actor.batches > batches_at_start)
+    # The writer step that finishes the big batch also takes the next batch (C, D and the
+    # withdrawn B) and hands it to the connection thread. Poll every loop iteration so C
+    # is cancelled after it was taken but before that second batch can possibly resolve.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while store._actor.batches == batches_at_start:
+        assert loop.time() < deadline, "big batch never finished"
+        await asyncio.sleep(0)
+    assert store._actor.batches == batches_at_start + 1
+    assert not any(t.done() for t in group_c + group_d)
     for t in group_c:
         t.cancel()
 
@@ -345,11 +344,15 @@ async def test_poisoned_commands_share_a_batch_without_harming_neighbours(store:
 async def test_close_drains_queued_writes_and_rejects_later_ones(db_path: Path) -> None:
     db = SessionDB(db_path)
     await db.create_session("s", "cli")
+    await db.create_session("busy", "cli")
+    # The writer is busy with a big batch, so wave 1 waits in the queue when close() is called.
+    big = await _start_busy_writer(db, "busy", 5000, "busy")
     wave1 = [asyncio.ensure_future(db.append_message("s", "user", f"w1-{i}")) for i in range(200)]
     await asyncio.sleep(0)  # wave 1 is now queued
-    assert db._actor._queue.qsize() > 0
+    assert db._actor._queue.qsize() == 200 and not big.done()
     wave2 = [asyncio.ensure_future(db.append_message("s", "user", f"w2-{i}")) for i in range(200)]
     await db.close()  # wave 2 has not started yet
+    assert await big == 5000
     results1 = await asyncio.gather(*wave1, return_exceptions=True)
     results2 = await asyncio.gather(*wave2, return_exceptions=True)
 
@@ -372,6 +375,7 @@ async def test_close_drains_queued_writes_and_rejects_later_ones(db_path: Path) 
         assert len(rows) == len(ok)
         assert {r["id"]: r["content"] for r in rows} == ok
         await _assert_counter_matches_rows(reopened, "s")
+        assert await _assert_counter_matches_rows(reopened, "busy") == 5000
     finally:
         await reopened.close()
 
@@ -569,7 +573,9 @@ CHILD_SCRIPT = textwrap.dedent(
 )
 
 
-async def _run_and_kill(tmp_path: Path, db_path: Path, mode: str, want_acks: int) -> list[str]:
+async def _run_and_kill(
+    tmp_path: Path, db_path: Path, mode: str, want_acks: int, kill_delay: float
+) -> list[str]:
     script = tmp_path / "child_writer.py"
     script.write_text(CHILD_SCRIPT)
     child_home = tmp_path / "child-home"
@@ -581,29 +587,55 @@ async def _run_and_kill(tmp_path: Path, db_path: Path, mode: str, want_acks: int
         sys.executable, str(script), str(db_path), mode,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )
+    assert proc.stderr is not None
+    errors = asyncio.ensure_future(proc.stderr.read())  # drained concurrently, shown on failure
     acks: list[str] = []
-    try:
-        while len(acks) < want_acks:
-            line = await asyncio.wait_for(proc.stdout.readline(), timeout=30)
-            if not line:
-                err = await proc.stderr.read()
-                pytest.fail(f"child exited early (rc={await proc.wait()}): {err.decode()[-2000:]}")
+    enough = asyncio.Event()
+
+    async def read_acks() -> None:
+        # Keep draining stdout so the child never blocks on a full pipe.
+        assert proc.stdout is not None
+        while line := await proc.stdout.readline():
             acks.append(line.decode())
+            if len(acks) >= want_acks:
+                enough.set()
+
+    reader = asyncio.ensure_future(read_acks())
+    waiter = asyncio.ensure_future(enough.wait())
+    try:
+        await asyncio.wait({reader, waiter}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        if not enough.is_set():
+            if proc.returncode is None:
+                proc.kill()
+            rc = await proc.wait()
+            err = (await asyncio.wait_for(errors, timeout=30)).decode()
+            pytest.fail(f"child did not acknowledge {want_acks} writes (rc={rc}): {err[-2000:]}")
+        # Kill at a moment unrelated to the last acknowledgement, so the child
+        # is usually in the middle of a transaction rather than printing.
+        await asyncio.sleep(kill_delay)
         os.kill(proc.pid, signal.SIGKILL)
-        # lines already written before the kill were acknowledged too
-        rest = await asyncio.wait_for(proc.stdout.read(), timeout=30)
-        acks.extend(rest.decode().splitlines(keepends=True))
+        await asyncio.wait_for(reader, timeout=30)  # lines written before the kill were acknowledged too
         rc = await asyncio.wait_for(proc.wait(), timeout=30)
-        assert rc == -signal.SIGKILL
+        err = (await asyncio.wait_for(errors, timeout=30)).decode()
+        assert rc == -signal.SIGKILL, err[-2000:]
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+        reader.cancel()
+        waiter.cancel()
+        errors.cancel()
     return [line.rstrip("\n") for line in acks if line.endswith("\n")]
 
 
-async def test_sigkill_during_single_appends_loses_no_acknowledged_write(tmp_path: Path, db_path: Path) -> None:
-    acks = await _run_and_kill(tmp_path, db_path, "single", 300)
+KILL_DELAYS = pytest.mark.parametrize("kill_delay", [0.0, 0.013, 0.04], ids=["at-ack", "13ms", "40ms"])
+
+
+@KILL_DELAYS
+async def test_sigkill_during_single_appends_loses_no_acknowledged_write(
+    tmp_path: Path, db_path: Path, kill_delay: float
+) -> None:
+    acks = await _run_and_kill(tmp_path, db_path, "single", 300, kill_delay)
     assert len(acks) >= 300
     acked = {}
     for line in acks:
@@ -630,8 +662,11 @@ async def test_sigkill_during_single_appends_loses_no_acknowledged_write(tmp_pat
     assert _integrity_check(db_path) == "ok"
 
 
-async def test_sigkill_during_batch_appends_leaves_no_partial_batch(tmp_path: Path, db_path: Path) -> None:
-    acks = await _run_and_kill(tmp_path, db_path, "batch", 20)
+@KILL_DELAYS
+async def test_sigkill_during_batch_appends_leaves_no_partial_batch(
+    tmp_path: Path, db_path: Path, kill_delay: float
+) -> None:
+    acks = await _run_and_kill(tmp_path, db_path, "batch", 20, kill_delay)
     assert len(acks) >= 20
     acked_tags = []
     for line in acks:
