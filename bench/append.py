@@ -1,0 +1,664 @@
+"""Append/read throughput of ``hermes_state.SessionDB`` against a naive baseline and the SQLite limit.
+
+Shapes (counts at ``--scale 1``):
+
+  (a) 50 tasks x 200 awaited ``append_message`` calls, each task its own session
+  (b) one task, 5,000 awaited ``append_message`` calls
+  (c) ``append_messages_batch`` of 10,000 messages
+  (d) ``get_messages`` of a 10,000-message session (the one written by (c))
+
+Contenders, each on its own fresh database file with the store's schema
+(FTS tables and triggers included), WAL and ``synchronous=FULL``:
+
+  store  ``hermes_state.SessionDB`` (each await returns after its COMMIT)
+  naive  one aiosqlite connection behind an ``asyncio.Lock``; one
+         ``BEGIN IMMEDIATE; INSERT; UPDATE sessions ...; COMMIT`` per write
+         ((c): one transaction around ``executemany``; (d): SELECT -> dicts)
+  limit  plain synchronous driver: ``executemany`` of the same rows plus the
+         counter update in one transaction ((d): the same SELECT -> dicts)
+
+Targets: (a) store >= 10x naive and >= 25% of limit; (b) store >= naive;
+(c) store >= 50% of limit. ``--check`` exits 1 when a target fails.
+
+Run from the repository root::
+
+    python3 bench/append.py                 # full run, prints the table
+    python3 bench/append.py --scale 0.1     # quick smoke run
+    python3 bench/append.py --check --json bench/out/append.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+# --------------------------------------------------------------------------- data
+
+_VOCAB = (
+    "the a an of to in and or but if then else when while for with without about agent model tool "
+    "call result error retry session message user assistant system prompt token context window "
+    "summary compress search index query table row column commit write read file path directory "
+    "branch merge test build deploy server client request response stream chunk json yaml config "
+    "value key list dict string number true false null none parse format render output input "
+    "please could you would should can will may might must check fix update add remove rename "
+    "explain show find run open close start stop wait done ok thanks sure here is are was were "
+    "this that these those it its we our they their he she his her what why how where which who "
+    "database sqlite postgres cache memory disk latency throughput benchmark async await task lock "
+    "queue worker actor batch group transaction durable fsync journal wal checkpoint vacuum schema "
+    "migration version upgrade downgrade legacy current next previous first last new old small large "
+    "quick slow fast simple complex clear obvious subtle strange broken working failing passing "
+    "function class method module package import export return raise except finally yield lambda"
+).split()
+
+SEED = 20240611
+ROLE = ("user", "assistant")
+
+_CONTENT_COLUMNS = (
+    "session_id, role, content, tool_call_id, tool_calls, tool_name, effect_disposition, timestamp, "
+    "token_count, finish_reason, reasoning, reasoning_content, reasoning_details, codex_reasoning_items, "
+    "codex_message_items, platform_message_id, observed, api_content, display_kind, display_metadata"
+)
+INSERT_SQL = f"INSERT INTO messages ({_CONTENT_COLUMNS}) VALUES ({', '.join('?' * 20)})"
+COUNT_SQL = (  # the store's counter update (a plain-text row adds no tool calls)
+    "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
+    "tool_call_count = COALESCE(tool_call_count, 0) + 0 WHERE id = ?"
+)
+SESSION_SQL = "INSERT INTO sessions (id, source, model, started_at) VALUES (?, 'bench', 'm', ?)"
+SELECT_SQL = "SELECT * FROM messages WHERE session_id = ? ORDER BY id"
+
+
+def make_texts(n: int, seed: int) -> list[str]:
+    """``n`` texts of 40-400 characters of words from a fixed vocabulary (seeded)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        target = rng.randint(40, 400)
+        words: list[str] = []
+        length = -1
+        while length < target:
+            w = rng.choice(_VOCAB)
+            words.append(w)
+            length += len(w) + 1
+        text = " ".join(words)
+        if len(text) > 400:
+            text = text[:400].rstrip()
+        out.append(text)
+    return out
+
+
+def row(session_id: str, role: str, content: str, ts: float) -> tuple:
+    """One messages row, in ``INSERT_SQL`` column order (what a plain-text append writes)."""
+    return (session_id, role, content, None, None, None, None, ts, None, None, None, None, None, None,
+            None, None, 0, None, None, None)
+
+
+class Workload:
+    """Counts and texts shared by every contender."""
+
+    def __init__(self, scale: float) -> None:
+        self.tasks = 50
+        self.per_task = max(1, round(200 * scale))
+        self.single = max(1, round(5000 * scale))
+        self.batch = max(1, round(10000 * scale))
+        self.texts_a = [make_texts(self.per_task, SEED + 1000 + t) for t in range(self.tasks)]
+        self.texts_b = make_texts(self.single, SEED + 2)
+        self.texts_c = make_texts(self.batch, SEED + 3)
+
+    @property
+    def rows_a(self) -> int:
+        return self.tasks * self.per_task
+
+    def sid_a(self, t: int) -> str:
+        return f"a-{t:03d}"
+
+    def interleaved_a(self) -> list[tuple[str, int, str]]:
+        """(session, index, text) in round-robin order, as concurrent tasks would write them."""
+        return [(self.sid_a(t), i, self.texts_a[t][i]) for i in range(self.per_task) for t in range(self.tasks)]
+
+
+# --------------------------------------------------------------------------- schema / files
+
+def _schema_scripts() -> list[str]:
+    from hermes_state.sqlite import schema as s
+
+    scripts = [s.SCHEMA_SQL]
+    # The store also creates these indexes on open; the same schema means the same insert cost.
+    for name in ("DEFERRED_INDEX_SQL", "PLATFORM_INDEX_SQL", "TITLE_INDEX_SQL"):
+        sql = getattr(s, name, None)
+        if sql:
+            scripts.append(sql if sql.rstrip().endswith(";") else sql + ";")
+    scripts.append(s.FTS_TABLES_SQL)
+    scripts.append(s.fts_triggers_sql())
+    return scripts
+
+
+def _sync_setup(conn: Any) -> None:
+    from hermes_state.sqlite.schema import SCHEMA_VERSION
+
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise RuntimeError(f"could not set WAL (got {mode})")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    for script in _schema_scripts():
+        conn.executescript(script)
+    conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
+
+
+async def _async_setup(conn: Any) -> None:
+    from hermes_state.sqlite.driver import run_on
+
+    await run_on(conn, _sync_setup)
+
+
+def inspect_file(path: Path) -> dict[str, Any]:
+    """Row counts (messages, counters, both FTS indexes), journal mode and schema of a bench file."""
+    from hermes_state.sqlite.driver import driver_module
+
+    conn = driver_module().connect(str(path))
+    try:
+        q = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        info = {
+            "messages": q("SELECT count(*) FROM messages"),
+            "message_count_sum": q("SELECT COALESCE(sum(message_count), 0) FROM sessions"),
+            "journal_mode": str(q("PRAGMA journal_mode")).lower(),
+            "schema": sorted(
+                (t, n, " ".join((sql or "").split()))
+                for t, n, sql in conn.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+            ),
+        }
+        for fts in ("messages_fts", "messages_fts_trigram"):
+            try:
+                info[fts] = q(f"SELECT count(*) FROM {fts}_docsize")
+            except Exception:
+                info[fts] = None
+        return info
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------- limit (plain sync driver)
+
+def _limit_write(path: Path, sessions: list[str], items: Callable[[], list[tuple[str, int, str]]]) -> float:
+    from hermes_state.sqlite.driver import driver_module
+
+    conn = driver_module().connect(str(path), isolation_level=None, check_same_thread=False)
+    try:
+        _sync_setup(conn)
+        now = time.time()
+        conn.executemany(SESSION_SQL, [(s, now) for s in sessions])
+        plan = items()
+        t0 = time.perf_counter()
+        counts: dict[str, int] = {}
+        rows = []
+        for sid, i, text in plan:
+            rows.append(row(sid, ROLE[i % 2], text, time.time()))
+            counts[sid] = counts.get(sid, 0) + 1
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(INSERT_SQL, rows)
+        conn.executemany(COUNT_SQL, [(n, s) for s, n in counts.items()])
+        conn.execute("COMMIT")
+        return time.perf_counter() - t0
+    finally:
+        conn.close()
+
+
+def _limit_read(path: Path, sid: str, expect: int) -> float:
+    from hermes_state.sqlite.driver import driver_module
+
+    conn = driver_module().connect(str(path), isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA synchronous=FULL")
+        t0 = time.perf_counter()
+        cur = conn.execute(SELECT_SQL, (sid,))
+        cols = [d[0] for d in cur.description]
+        out = [dict(zip(cols, r)) for r in cur.fetchall()]
+        dt = time.perf_counter() - t0
+        if len(out) != expect:
+            raise AssertionError(f"limit read {len(out)} rows, expected {expect}")
+        return dt
+    finally:
+        conn.close()
+
+
+async def run_limit(w: Workload, d: Path) -> dict[str, float]:
+    res = {}
+    res["a"] = _limit_write(d / "limit-a.db", [w.sid_a(t) for t in range(w.tasks)], w.interleaved_a)
+    res["b"] = _limit_write(d / "limit-b.db", ["b"], lambda: [("b", i, x) for i, x in enumerate(w.texts_b)])
+    res["c"] = _limit_write(d / "limit-c.db", ["c"], lambda: [("c", i, x) for i, x in enumerate(w.texts_c)])
+    res["d"] = _limit_read(d / "limit-c.db", "c", w.batch)
+    return res
+
+
+# --------------------------------------------------------------------------- naive (aiosqlite + asyncio.Lock)
+
+class NaiveStore:
+    """One aiosqlite connection, one transaction per write, serialised by an asyncio.Lock."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> "NaiveStore":
+        from hermes_state.sqlite.driver import open_connection
+
+        conn = await open_connection(str(path))
+        await _async_setup(conn)
+        return cls(conn)
+
+    async def create_session(self, sid: str) -> None:
+        async with self.lock:
+            await self.conn.execute("BEGIN IMMEDIATE")
+            await self.conn.execute(SESSION_SQL, (sid, time.time()))
+            await self.conn.execute("COMMIT")
+
+    async def append_message(self, sid: str, role: str, content: str) -> int:
+        async with self.lock:
+            await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = await self.conn.execute(INSERT_SQL, row(sid, role, content, time.time()))
+                await self.conn.execute(COUNT_SQL, (1, sid))
+                await self.conn.execute("COMMIT")
+            except BaseException:
+                await self.conn.execute("ROLLBACK")
+                raise
+            return cur.lastrowid
+
+    async def append_messages_batch(self, sid: str, messages: list[dict]) -> int:
+        async with self.lock:
+            rows = [row(sid, m["role"], m["content"], time.time()) for m in messages]
+            await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                await self.conn.executemany(INSERT_SQL, rows)
+                await self.conn.execute(COUNT_SQL, (len(rows), sid))
+                await self.conn.execute("COMMIT")
+            except BaseException:
+                await self.conn.execute("ROLLBACK")
+                raise
+            return len(rows)
+
+    async def get_messages(self, sid: str) -> list[dict]:
+        cur = await self.conn.execute(SELECT_SQL, (sid,))
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in await cur.fetchall()]
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+# --------------------------------------------------------------------------- shared async drivers
+
+async def _shape_a(db: Any, w: Workload) -> float:
+    async def task(t: int) -> None:
+        sid = w.sid_a(t)
+        for i, text in enumerate(w.texts_a[t]):
+            await db.append_message(sid, ROLE[i % 2], text)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(task(t) for t in range(w.tasks)))
+    return time.perf_counter() - t0
+
+
+async def _shape_b(db: Any, w: Workload) -> float:
+    t0 = time.perf_counter()
+    for i, text in enumerate(w.texts_b):
+        await db.append_message("b", ROLE[i % 2], text)
+    return time.perf_counter() - t0
+
+
+async def _shape_c(db: Any, w: Workload) -> float:
+    t0 = time.perf_counter()
+    batch = [{"role": ROLE[i % 2], "content": x} for i, x in enumerate(w.texts_c)]
+    n = await db.append_messages_batch("c", batch)
+    dt = time.perf_counter() - t0
+    if n != w.batch:
+        raise AssertionError(f"append_messages_batch returned {n}, expected {w.batch}")
+    return dt
+
+
+async def _shape_d(db: Any, w: Workload) -> float:
+    t0 = time.perf_counter()
+    msgs = await db.get_messages("c")
+    dt = time.perf_counter() - t0
+    if len(msgs) != w.batch:
+        raise AssertionError(f"get_messages returned {len(msgs)} rows, expected {w.batch}")
+    return dt
+
+
+async def run_async_contender(
+    name: str, opener: Callable[[Path], Any], create: Callable[[Any, str], Any], w: Workload, d: Path,
+    errors: dict[str, str],
+) -> dict[str, float]:
+    """Run (a), (b), (c)+(d) each on a fresh file; a failing shape is recorded, the rest still run."""
+    res: dict[str, float] = {}
+    plan = [
+        ("a", [w.sid_a(t) for t in range(w.tasks)], [_shape_a]),
+        ("b", ["b"], [_shape_b]),
+        ("c", ["c"], [_shape_c, _shape_d]),
+    ]
+    for key, sessions, shapes in plan:
+        db = None
+        try:
+            db = await opener(d / f"{name}-{key}.db")
+            for sid in sessions:  # untimed; also makes sure the store is fully open
+                await create(db, sid)
+            for shape in shapes:
+                label = shape.__name__[-1]
+                try:
+                    res[label] = await shape(db, w)
+                except Exception:
+                    errors[f"{name}:{label}"] = traceback.format_exc()
+                    break
+        except Exception:
+            errors[f"{name}:{key}"] = traceback.format_exc()
+        finally:
+            if db is not None:
+                try:
+                    await db.close()
+                except Exception:
+                    errors[f"{name}:{key}:close"] = traceback.format_exc()
+    return res
+
+
+async def run_naive(w: Workload, d: Path, errors: dict[str, str]) -> dict[str, float]:
+    return await run_async_contender(
+        "naive", NaiveStore.open, lambda db, sid: db.create_session(sid), w, d, errors
+    )
+
+
+def load_store() -> tuple[Any, str | None]:
+    try:
+        import hermes_state
+
+        return hermes_state.SessionDB, None
+    except Exception as exc:  # ImportError, AttributeError while the package is being written
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+async def run_store(SessionDB: Any, w: Workload, d: Path, errors: dict[str, str]) -> dict[str, float]:
+    async def opener(path: Path) -> Any:
+        return SessionDB(str(path))
+
+    return await run_async_contender(
+        "store", opener, lambda db, sid: db.create_session(sid, source="bench", model="m"), w, d, errors
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+SHAPES = {
+    "a": "(a) 50 tasks x {per_task} append_message",
+    "b": "(b) 1 task x {single} append_message",
+    "c": "(c) append_messages_batch of {batch}",
+    "d": "(d) get_messages of {batch}",
+}
+TARGETS = [
+    # (shape, numerator, denominator, minimum)
+    ("a", "store", "naive", 10.0),
+    ("a", "store", "limit", 0.25),
+    ("b", "store", "naive", 1.0),
+    ("c", "store", "limit", 0.50),
+]
+
+
+def _fmt_rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def build_report(w: Workload, results: dict[str, dict[str, float]]) -> tuple[dict, list[str]]:
+    counts = {"a": w.rows_a, "b": w.single, "c": w.batch, "d": w.batch}
+    figures: dict[str, dict[str, dict[str, float]]] = {}
+    for shape, n in counts.items():
+        figures[shape] = {}
+        for who in ("store", "naive", "limit"):
+            secs = results.get(who, {}).get(shape)
+            if secs is not None:
+                figures[shape][who] = {"rows": n, "seconds": secs, "rows_per_s": n / secs if secs > 0 else float("inf")}
+    lines = []
+    head = f"{'shape':<38} {'contender':<9} {'rows':>7} {'seconds':>9} {'rows/s':>12} {'vs naive':>9} {'vs limit':>9}"
+    lines += [head, "-" * len(head)]
+    for shape in counts:
+        title = SHAPES[shape].format(per_task=w.per_task, single=w.single, batch=w.batch)
+        for who in ("store", "naive", "limit"):
+            f = figures[shape].get(who)
+            label = title if who == "store" else ""
+            if f is None:
+                lines.append(f"{label:<38} {who:<9} {'-':>7} {'n/a':>9} {'n/a':>12}")
+                continue
+            rel = []
+            for ref in ("naive", "limit"):
+                g = figures[shape].get(ref)
+                rel.append(f"{f['rows_per_s'] / g['rows_per_s']:.2f}x" if g and ref != who else "")
+            lines.append(
+                f"{label:<38} {who:<9} {f['rows']:>7} {f['seconds']:>9.3f} {_fmt_rate(f['rows_per_s']):>12} "
+                f"{rel[0]:>9} {rel[1]:>9}"
+            )
+    return figures, lines
+
+
+def feasibility_notes(figures: dict) -> list[str]:
+    """Targets no store can meet on this machine because even the limit misses them."""
+    notes = []
+    for shape, num, den, minimum in TARGETS:
+        if num != "store" or den != "naive":
+            continue
+        lim, base = figures[shape].get("limit"), figures[shape].get("naive")
+        if lim and base and lim["rows_per_s"] / base["rows_per_s"] < minimum:
+            notes.append(
+                f"({shape}) store/naive >= {minimum} is out of reach here: the limit itself is only "
+                f"{lim['rows_per_s'] / base['rows_per_s']:.2f}x the naive baseline (per-row FTS cost "
+                f"dominates when fsync is cheap)"
+            )
+    return notes
+
+
+def evaluate_targets(figures: dict) -> list[dict]:
+    out = []
+    for shape, num, den, minimum in TARGETS:
+        a, b = figures[shape].get(num), figures[shape].get(den)
+        ratio = a["rows_per_s"] / b["rows_per_s"] if a and b else None
+        status = "N/A" if ratio is None else ("PASS" if ratio >= minimum else "FAIL")
+        out.append({"shape": shape, "ratio": f"{num}/{den}", "value": ratio, "minimum": minimum, "status": status})
+    return out
+
+
+def check_files(w: Workload, d: Path, results: dict[str, dict[str, float]]) -> tuple[list[str], bool]:
+    """Same rows, counters, FTS entries, WAL and schema in every file of one round."""
+    checks = []
+    expect = {"a": w.rows_a, "b": w.single, "c": w.batch}
+    store_schema = naive_schema = None
+    for who in ("limit", "naive", "store"):
+        for key, n in expect.items():
+            path = d / f"{who}-{key}.db"
+            if not path.exists() or key not in results.get(who, {}):
+                continue
+            info = inspect_file(path)
+            ok = (info["messages"] == n and info["message_count_sum"] == n
+                  and info["messages_fts"] == n and info["messages_fts_trigram"] == n)
+            if not ok:
+                checks.append(f"{who}-{key}.db: rows {info['messages']}, counters {info['message_count_sum']}, "
+                              f"fts {info['messages_fts']}/{info['messages_fts_trigram']}, expected {n}")
+            if info["journal_mode"] != "wal":
+                checks.append(f"{who}-{key}.db: journal_mode={info['journal_mode']} (not WAL)")
+            if who == "store" and store_schema is None:
+                store_schema = info["schema"]
+            if who == "naive" and naive_schema is None:
+                naive_schema = info["schema"]
+    if store_schema is None or naive_schema is None:
+        return checks, False
+    store_objs = {(t, n): sql for t, n, sql in store_schema}
+    naive_objs = {(t, n): sql for t, n, sql in naive_schema}
+    store_only = sorted(n for _, n in store_objs.keys() - naive_objs.keys())
+    naive_only = sorted(n for _, n in naive_objs.keys() - store_objs.keys())
+    changed = sorted(k[1] for k in store_objs.keys() & naive_objs.keys() if store_objs[k] != naive_objs[k])
+    if store_only or naive_only or changed:
+        checks.append(f"schema differs: only in store {store_only}; only in baseline {naive_only}; "
+                      f"different SQL {changed}")
+    return checks, True
+
+
+def fsync_latency_ms(d: Path, n: int = 100) -> float:
+    """Median latency of a 4 KiB write + fsync in the bench directory (what each naive COMMIT pays)."""
+    path = d / "fsync.probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            os.write(fd, b"x" * 4096)
+            os.fsync(fd)
+            samples.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    samples.sort()
+    return samples[len(samples) // 2] * 1000
+
+
+# --------------------------------------------------------------------------- main
+
+async def amain(args: argparse.Namespace) -> int:
+    root = Path(tempfile.mkdtemp(prefix="hermes-bench-", dir=args.dir))
+    # An empty profile directory: a user's config.yaml must not change pragmas under test.
+    home = root / "home"
+    home.mkdir()
+    os.environ["HERMES_HOME"] = str(home)
+
+    from hermes_state.sqlite.driver import driver_module, driver_name
+
+    w = Workload(args.scale)
+    errors: dict[str, str] = {}
+    samples: dict[str, dict[str, list[float]]] = {"limit": {}, "naive": {}, "store": {}}
+    checks: list[str] = []
+    schema_compared = False
+    started = time.perf_counter()
+    print(
+        f"hermes-state append benchmark: scale={args.scale} repeat={args.repeat} "
+        f"python={platform.python_version()} driver={driver_name()} sqlite={driver_module().sqlite_version} "
+        f"cpus={os.cpu_count()}"
+    )
+    fsync_ms = fsync_latency_ms(root)
+    fsync_rounds: list[float] = []
+    print(f"dir={root}  fsync(4 KiB) median {fsync_ms:.3f} ms")
+    print("durability: WAL, synchronous=FULL, every await returns after its COMMIT")
+    sys.stdout.flush()
+    SessionDB, why = load_store()
+    if SessionDB is None:
+        errors["store"] = f"hermes_state.SessionDB is not available yet ({why}); store figures skipped, targets N/A"
+    try:
+        for rep in range(args.repeat):
+            rdir = root / f"round{rep + 1}"
+            rdir.mkdir()
+            fsync_rounds.append(fsync_latency_ms(rdir, 50))
+            results = {"limit": await run_limit(w, rdir), "naive": await run_naive(w, rdir, errors)}
+            if SessionDB is not None:
+                results["store"] = await run_store(SessionDB, w, rdir, errors)
+            for who, res in results.items():
+                for shape, secs in res.items():
+                    samples[who].setdefault(shape, []).append(secs)
+            found, compared = check_files(w, rdir, results)
+            checks += [f"round {rep + 1}: {c}" for c in found if f"round {rep + 1}: {c}" not in checks]
+            schema_compared = schema_compared or compared
+            if not args.keep:
+                shutil.rmtree(rdir, ignore_errors=True)
+            if args.repeat > 1:
+                print(f"  round {rep + 1}/{args.repeat} done ({time.perf_counter() - started:.1f}s, "
+                      f"fsync {fsync_rounds[-1]:.3f} ms before it)")
+                sys.stdout.flush()
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    results = {who: {shape: statistics.median(v) for shape, v in res.items()} for who, res in samples.items()}
+
+    figures, lines = build_report(w, results)
+    print()
+    print("\n".join(lines))
+    targets = evaluate_targets(figures)
+    print()
+    print("targets:")
+    for t in targets:
+        v = "n/a" if t["value"] is None else f"{t['value']:.2f}x"
+        print(f"  ({t['shape']}) {t['ratio']:<12} >= {t['minimum']:<5}  got {v:>8}  {t['status']}")
+    notes = feasibility_notes(figures)
+    for n in notes:
+        print("  note: " + n)
+    print()
+    compared = "store and baseline schema identical" if schema_compared else "store schema not compared"
+    print("file checks: " + (f"all rows, counters and FTS entries present; all files WAL; {compared}"
+                             if not checks else "PROBLEMS"))
+    for c in checks:
+        print("  " + c)
+    elapsed = time.perf_counter() - started
+    print(f"total wall time {elapsed:.1f}s; figures are medians of {args.repeat} round(s)"
+          + (f"; files kept in {root}" if args.keep else ""))
+    by_text: dict[str, list[str]] = {}
+    for key, text in errors.items():
+        by_text.setdefault(text, []).append(key)
+    for text, keys in by_text.items():
+        print(f"\nERROR in {', '.join(keys)}:\n{text}", file=sys.stderr)
+
+    if args.json:
+        out = {
+            "scale": args.scale,
+            "python": platform.python_version(),
+            "driver": driver_name(),
+            "sqlite_version": driver_module().sqlite_version,
+            "cpus": os.cpu_count(),
+            "fsync_ms": fsync_ms,
+            "fsync_ms_per_round": fsync_rounds,
+            "notes": notes,
+            "counts": {"tasks": w.tasks, "per_task": w.per_task, "single": w.single, "batch": w.batch},
+            "repeat": args.repeat,
+            "figures": figures,
+            "samples_seconds": samples,
+            "targets": targets,
+            "checks": checks,
+            "errors": errors,
+            "wall_seconds": elapsed,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+    if errors or checks:
+        return 2
+    if args.check and any(t["status"] != "PASS" for t in targets):
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scale", type=float, default=1.0, help="multiply message counts (e.g. 0.1 for a smoke run)")
+    p.add_argument("--dir", default=None, help="parent directory for the run's fresh temp directory")
+    p.add_argument("--json", default=None, metavar="OUT", help="write all figures to this JSON file")
+    p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="rounds of every measurement on fresh files; the median is reported (default 3)")
+    p.add_argument("--keep", action="store_true", help="keep the database files")
+    args = p.parse_args(argv)
+    if args.scale <= 0:
+        p.error("--scale must be > 0")
+    if args.repeat < 1:
+        p.error("--repeat must be >= 1")
+    return asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
