@@ -59,6 +59,18 @@ def _rollback(conn: Any) -> None:
 def _run_once(conn: Any, commands: Sequence[Command], positions: list[int], outcomes: list[Outcome | None]) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if len(positions) == 1:
+            # Alone in its transaction: the transaction is the savepoint.
+            pos = positions[0]
+            command = commands[pos]
+            try:
+                outcomes[pos] = (True, handler_for(command)(conn, command))
+            except Exception as exc:
+                _rollback(conn)
+                outcomes[pos] = (False, to_stdlib_error(exc))
+                return
+            conn.execute("COMMIT")
+            return
         for pos in positions:
             command = commands[pos]
             conn.execute("SAVEPOINT hermes_cmd")
