@@ -23,6 +23,7 @@ from .errors import (
     is_disk_full_error,
 )
 from .sqlite.driver import is_sqlite_wal_reset_vulnerable
+from .sqlite.safety import get_last_init_error, is_zeroed_state_db, quarantine_zeroed_state_db
 from .sqlite.schema import FTS_STORAGE_VERSION, SCHEMA_SQL, SCHEMA_VERSION
 from .store import SessionDB
 
@@ -48,6 +49,9 @@ __all__ = [
     "classify_persistence_error",
     "is_disk_full_error",
     "is_sqlite_wal_reset_vulnerable",
+    "get_last_init_error",
+    "is_zeroed_state_db",
+    "quarantine_zeroed_state_db",
     "hermes_home",
     "default_db_path",
     "DEFAULT_DB_PATH",

@@ -74,3 +74,27 @@ async def test_full_database_fails_the_big_write_alone(store: SessionDB) -> None
     await _set_max_pages(store, None)
     await store.append_message("s", "user", huge)
     assert await store.message_count("s") == 23
+
+
+async def test_zeroed_file_is_quarantined_and_replaced(db_path) -> None:
+    from hermes_state import get_last_init_error
+
+    db_path.parent.mkdir(parents=True)
+    db_path.write_bytes(b"\x00" * 8192)
+    db = SessionDB(db_path)
+    try:
+        await db.create_session("s", "cli")
+        assert await db.get_session("s") is not None
+    finally:
+        await db.close()
+    backups = sorted(db_path.parent.glob("state.db.zeroed-*.bak"))
+    assert len(backups) == 1 and backups[0].read_bytes() == b"\x00" * 8192
+    assert "zeroed" in (get_last_init_error() or "")
+
+
+async def test_garbage_file_is_a_clear_error_and_left_alone(db_path) -> None:
+    db_path.parent.mkdir(parents=True)
+    db_path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(sqlite3.DatabaseError, match="not a database"):
+        await SessionDB(db_path).get_session("x")
+    assert db_path.read_bytes() == b"this is not sqlite" * 100

@@ -17,6 +17,7 @@ from ..errors import StoreClosedError
 from .queries import query_for
 from .driver import driver_name, open_connection, run_on, sqlite_version_info
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
+from .safety import quarantine_zeroed_state_db, record_init_error
 from .schema import ensure_schema
 from .writer import apply_batch
 
@@ -35,6 +36,7 @@ def _preflight(path: Path) -> None:
     parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         raise sqlite3.OperationalError(f"unable to open database file: {path} is a directory")
+    quarantine_zeroed_state_db(path)
     for kind, target in (("directory", parent), ("file", path), ("file", Path(f"{path}-wal")), ("file", Path(f"{path}-shm"))):
         if target.exists() and not os.access(target, os.R_OK | os.W_OK):
             raise sqlite3.OperationalError(
@@ -117,7 +119,8 @@ class SQLiteBackend:
             facts = await run_on(self._reader_conn, _setup_reader, self.config)
             for key, value in facts.items():
                 self._facts.setdefault(key, value)
-        except BaseException:
+        except BaseException as exc:
+            record_init_error(f"{type(exc).__name__}: {exc}")
             await self.close()
             raise
 
