@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hermes_state import SessionDB
+from hermes_state import CompressionSessionClosedError, SessionDB
 
 from tests.conftest import FIXTURES
 
@@ -76,3 +76,67 @@ async def test_anchor_read_only_store_reads_without_writing(anchor_db: Path) -> 
     finally:
         await db.close()
     assert anchor_db.read_bytes() == before
+
+
+async def test_anchor_compression_lineage(anchor_db: Path) -> None:
+    parent, child = "20261103_120000_0a0b0c", "20261103_120000_0a0b0c_c"
+    db = SessionDB(anchor_db)
+    try:
+        assert await db.get_compression_tip(parent) == EXPECTED[f"get_compression_tip('{parent}')"]
+        assert await db.get_compression_tip(child) == child
+        assert await db.resolve_resume_session_id(parent) == child
+        assert await db.get_compression_lineage(parent) == [parent, child]
+        assert await db.get_compression_lineage(child) == [parent, child]
+        assert await db.get_conversation_root(child) == parent
+        live = await db.find_live_compression_child(parent)
+        assert live is not None and live["id"] == child
+        assert not await db.reopen_orphaned_compression_session(parent)
+        model, display = await db.get_resume_conversations(child)
+        assert [m["content"] for m in model] == ["compressed continuation", "continuing"]
+        assert [m["content"] for m in display] == ["start a long task", "compressed continuation", "continuing"]
+        with pytest.raises(CompressionSessionClosedError):
+            await db.append_message(parent, "user", "into the closed parent")
+        # A further rotation from the reference's continuation works on this file.
+        assert await db.try_acquire_compression_lock(child, "pid=0:task=t:agent=a:nonce=00000000")
+        await db.publish_compression_child(
+            parent_session_id=child, child_session_id=f"{child}_2", source="cli",
+            messages=[{"role": "user", "content": "second summary"}],
+            compression_lock_holder="pid=0:task=t:agent=a:nonce=00000000",
+        )
+        assert await db.get_compression_tip(parent) == f"{child}_2"
+        assert await db.get_compression_lineage(parent) == [parent, child, f"{child}_2"]
+    finally:
+        await db.close()
+
+
+async def test_anchor_in_place_compaction(anchor_db: Path) -> None:
+    sid = "20261102_090000_d4e5f6"  # the reference already compacted this session once
+    db = SessionDB(anchor_db)
+    try:
+        before = await db.get_messages(sid, include_inactive=True)
+        assert [(m["id"], m["active"], m["compacted"]) for m in before] == [
+            (m["id"], m["active"], m["compacted"]) for m in EXPECTED[sid]["get_messages_include_inactive"]
+        ]
+        summary = [
+            {"role": "user", "content": "[CONTEXT SUMMARY]: deployment notes, twice compacted"},
+            {"role": "assistant", "content": "Noted.", "reasoning_details": "kept-as-json-string"},
+        ]
+        assert await db.archive_and_compact(sid, summary, {"compacted_by": "hermes-state"}) == 2
+        active = await db.get_messages(sid)
+        assert [m["content"] for m in active] == [m["content"] for m in summary]
+        assert active[1]["reasoning_details"] == json.dumps("kept-as-json-string")
+        everything = await db.get_messages(sid, include_inactive=True)
+        old_ids = {m["id"] for m in before}
+        assert all((m["active"], m["compacted"]) == (0, 1) for m in everything if m["id"] in old_ids)
+        session = await db.get_session(sid)
+        assert session is not None
+        assert (session["message_count"], session["tool_call_count"]) == (2, 0)
+        assert json.loads(session["model_config"]) == {"compacted_by": "hermes-state"}
+        assert await db.message_count(sid) == len(before) + 2
+    finally:
+        await db.close()
+    with sqlite3.connect(anchor_db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        # Rows from both compactions stay in the full-text index.
+        hits = {h[0] for h in conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'deployment'")}
+        assert {6, 8, 10, 12} <= hits and max(hits) > 16

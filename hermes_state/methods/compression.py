@@ -2,10 +2,422 @@
 
 from __future__ import annotations
 
-from ..facade import StoreBase
+import json
+import logging
+import math
+import sqlite3
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .. import conversation
+from ..commands.compression import (
+    AcquireCompressionLock,
+    ArchiveAndCompact,
+    CompressionCounter,
+    FinalizeOrphanedCompressionSessions,
+    PublishCompressionChild,
+    RefreshCompressionLock,
+    ReleaseCompressionLock,
+    ReopenOrphanedCompressionSession,
+    RestoreRewound,
+    RewindToMessage,
+    SetCompressionCooldown,
+    SetCompressionCounter,
+)
+from ..encoding import encode_message_dicts
+from ..facade import StoreBase, opt_number, opt_text, require_id, rows_size
 
 __all__ = ["CompressionMethods"]
+
+log = logging.getLogger("hermes_state")
+
+# Continuation children never used within a week are ended by the orphan sweep.
+ORPHAN_CHILD_AGE_SECONDS = 7 * 86400.0
+DEFAULT_MAX_RESUME_MESSAGES = 20000
+
+
+def _blank(value: Any, name: str) -> bool:
+    """True for None or ""; raises TypeError for a non-string."""
+    if value is None or value == "":
+        return True
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    return False
+
+
+def _ttl(value: Any) -> float:
+    seconds = opt_number(value, "ttl_seconds")
+    if seconds is None or not math.isfinite(seconds):
+        raise ValueError("ttl_seconds must be a finite number of seconds")
+    return seconds
+
+
+def _row_id(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def _json_object(value: Any, name: str) -> str:
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a dict, not {type(value).__name__}")
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} cannot be stored as JSON: {exc}") from None
+
+
+def _counter(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return max(0, int(value))
 
 
 class CompressionMethods(StoreBase):
     """Compression leases, in-place compaction, child sessions, lineage and resume."""
+
+    # ------------------------------------------------------------------ leases
+
+    async def try_acquire_compression_lock(self, session_id: str, holder: str, ttl_seconds: float = 300.0) -> bool:
+        """Take the session's compression lease for ``ttl_seconds``; returns whether ``holder`` now owns it.
+
+        An expired lease, or one whose ``pid=<N>`` holder process is gone, is
+        reclaimed first. Holding the lease already returns True without
+        extending it (use :meth:`refresh_compression_lock`). Empty arguments
+        and database errors return False; a closed store raises.
+        """
+        if _blank(session_id, "session_id") or _blank(holder, "holder"):
+            return False
+        command = AcquireCompressionLock(session_id=session_id, holder=holder, ttl_seconds=_ttl(ttl_seconds))
+        try:
+            acquired, reclaimed = await self._write(command)
+        except sqlite3.Error as exc:
+            log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, exc)
+            return False
+        if reclaimed:
+            log.warning("reclaimed stale compression lease of session %s (holder %s)", session_id, reclaimed)
+        return bool(acquired)
+
+    async def refresh_compression_lock(self, session_id: str, holder: str, ttl_seconds: float = 300.0) -> bool:
+        """Set the lease's expiry to now + ``ttl_seconds``; returns False unless ``holder`` owns the row.
+
+        A lease that expired but was not reclaimed yet is revived.
+        """
+        if _blank(session_id, "session_id") or _blank(holder, "holder"):
+            return False
+        command = RefreshCompressionLock(session_id=session_id, holder=holder, ttl_seconds=_ttl(ttl_seconds))
+        try:
+            return bool(await self._write(command))
+        except sqlite3.Error as exc:
+            log.warning("refresh_compression_lock(%s) failed: %s", session_id, exc)
+            return False
+
+    async def release_compression_lock(self, session_id: str, holder: str) -> None:
+        """Drop the lease if ``holder`` owns it (someone else's lease is left alone). Returns None."""
+        if _blank(session_id, "session_id") or _blank(holder, "holder"):
+            return
+        try:
+            await self._write(ReleaseCompressionLock(session_id=session_id, holder=holder))
+        except sqlite3.Error as exc:
+            log.warning("release_compression_lock(%s) failed: %s", session_id, exc)
+
+    async def get_compression_lock_holder(self, session_id: str) -> str | None:
+        """Return the holder of the session's unexpired lease, or None."""
+        if _blank(session_id, "session_id"):
+            return None
+        return await self._query("compression_lock_holder", session_id, time.time())
+
+    # -------------------------------------------------------------- compaction
+
+    async def archive_and_compact(
+        self,
+        session_id: str,
+        compacted_messages: list[dict[str, Any]],
+        model_config_patch: dict[str, Any] | None = None,
+    ) -> int:
+        """Compact the transcript in place; returns ``len(compacted_messages)``.
+
+        In one transaction the active rows become archived (``active=0,
+        compacted=1``, still searchable), the given messages are inserted as
+        the new active transcript and the counters are reset to them. A
+        ``model_config_patch`` sets each key (None removes it); with a patch
+        an unknown session raises ``RuntimeError("Session not found: <id>")``.
+        The caller is expected to hold the compression lease.
+        """
+        session_id = require_id(session_id)
+        patch = None if model_config_patch is None else _json_object(model_config_patch, "model_config_patch")
+        rows = encode_message_dicts(compacted_messages, dump_sidecars=True)
+        command = ArchiveAndCompact(session_id=session_id, rows=rows, model_config_patch=patch)
+        return await self._write(command, size=rows_size(rows))
+
+    async def publish_compression_child(
+        self,
+        *,
+        parent_session_id: str,
+        child_session_id: str,
+        source: str,
+        messages: list[dict[str, Any]],
+        model: str | None = None,
+        model_config: dict[str, Any] | None = None,
+        system_prompt: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+        compression_lock_holder: str | None = None,
+        require_compression_lease: bool = True,
+    ) -> None:
+        """Continue the conversation in a new child session and end the parent. Returns None.
+
+        Atomic: the child row (identity and workspace copied from the
+        parent), its transcript and the parent's end (reason
+        ``compression``) commit together. Raises
+        :class:`~hermes_state.CompressionSessionBusyError` when the lease is
+        not held by ``compression_lock_holder`` (unless
+        ``require_compression_lease=False``), ``RuntimeError`` for an empty
+        handoff or a missing or already ended parent.
+        """
+        if not messages:
+            raise RuntimeError("Compression child handoff must not be empty")
+        from ..sqlite.schema import prompt_hash
+
+        if not isinstance(source, str):
+            raise TypeError(f"source must be a str, not {type(source).__name__}")
+        prompt = opt_text(system_prompt, "system_prompt")
+        config = None
+        if model_config:
+            config = _json_object(model_config, "model_config")
+        rows = encode_message_dicts(messages, dump_sidecars=True)
+        command = PublishCompressionChild(
+            parent_session_id=require_id(parent_session_id, "parent_session_id"),
+            child_session_id=require_id(child_session_id, "child_session_id"),
+            source=source,
+            rows=rows,
+            model=opt_text(model, "model"),
+            model_config=config,
+            system_prompt=prompt,
+            system_prompt_hash=prompt_hash(prompt) if prompt is not None else None,
+            cwd=opt_text(cwd, "cwd"),
+            profile_name=opt_text(profile_name, "profile_name"),
+            compression_lock_holder=opt_text(compression_lock_holder, "compression_lock_holder"),
+            require_compression_lease=bool(require_compression_lease),
+        )
+        await self._write(command, size=rows_size(rows))
+
+    # ------------------------------------------------------ resume and lineage
+
+    async def get_compression_tip(self, session_id: str) -> str:
+        """Return the live tip of the session's compression chain (the session itself when none)."""
+        return await self._query("compression_tip_id", require_id(session_id))
+
+    async def resolve_resume_session_id(self, session_id: str) -> str:
+        """Return the session a resume should load.
+
+        That is the compression tip, or the deepest plain (non-fork)
+        descendant of it that holds messages. An empty id is returned as is.
+        """
+        if _blank(session_id, "session_id"):
+            return session_id
+        return await self._query("resume_target_id", session_id)
+
+    async def get_compression_lineage(self, session_id: str) -> list[str]:
+        """Return the ids of the session's compression lineage, root first.
+
+        ``[]`` for an unknown session; ``[session_id]`` for an explicit fork
+        (tool, branch, delegate or reset child) or a session outside a chain.
+        """
+        return await self._query("compression_lineage_ids", require_id(session_id))
+
+    async def get_conversation_root(self, session_id: str) -> str:
+        """Return the topmost ancestor through any parent link (the session itself when it has none)."""
+        if _blank(session_id, "session_id"):
+            return session_id
+        return await self._query("conversation_root_id", session_id)
+
+    def _max_resume_messages(self) -> int:
+        config = getattr(self._backend, "config", None)
+        sessions = getattr(config, "sessions", None)
+        return int(getattr(sessions, "max_resume_messages", DEFAULT_MAX_RESUME_MESSAGES))
+
+    async def _resume_limit(self, max_messages: Any) -> int:
+        if max_messages is None:
+            await self._ensure_open()
+            return self._max_resume_messages()
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+            raise TypeError(f"max_messages must be an int or None, not {type(max_messages).__name__}")
+        if max_messages < 0:
+            raise ValueError("max_messages must be non-negative")
+        return max_messages
+
+    async def get_resume_message_count(self, session_id: str) -> int:
+        """Return how many active rows a full resume loads (the session plus all its ancestors)."""
+        return await self._query("resume_message_count", require_id(session_id))
+
+    async def assert_resume_safe(self, session_id: str, max_messages: int | None = None) -> int:
+        """Raise :class:`~hermes_state.SessionResumeTooLargeError` when a resume would load too much.
+
+        ``max_messages`` defaults to config ``sessions.max_resume_messages``
+        (20000); 0 disables the guard and returns 0 without counting.
+        Returns the (bounded) number of active rows otherwise.
+        """
+        session_id = require_id(session_id)
+        limit = await self._resume_limit(max_messages)
+        if limit == 0:
+            return 0
+        return await self._query("resume_size_check", session_id, limit)
+
+    async def get_resume_conversations(self, session_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Return ``(model_history, display_history)`` for resuming ``session_id``.
+
+        ``model_history`` is the session's own active transcript with the
+        alternation repair; ``display_history`` is the whole ancestor chain
+        with replayed user turns dropped. Both carry ``_row_id``. Enforces
+        :meth:`assert_resume_safe` first.
+        """
+        session_id = require_id(session_id)
+        rows = await self._query("resume_rows", session_id, await self._resume_limit(None))
+        own = [row for row in rows if row["session_id"] == session_id]
+        model = conversation.build_conversation(own, include_row_ids=True, repair_alternation=True)
+        display = conversation.build_conversation(rows, include_ancestors=True, include_row_ids=True)
+        return model, display
+
+    async def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
+        """Return the display messages that come from the session's ancestors only (no ``_row_id``)."""
+        session_id = require_id(session_id)
+        rows = await self._query("resume_rows", session_id, 0)
+        ancestors = [row for row in rows if row["session_id"] != session_id]
+        return conversation.build_conversation(ancestors, include_ancestors=True) if ancestors else []
+
+    async def find_live_compression_child(self, parent_session_id: str) -> dict[str, Any] | None:
+        """Return the one open continuation of a compression-ended session (``get_session`` shape).
+
+        None when the parent did not end by compression or when there are
+        zero or several open continuations (ambiguity fails closed).
+        """
+        if _blank(parent_session_id, "parent_session_id"):
+            return None
+        return await self._query("live_compression_child", parent_session_id)
+
+    async def reopen_orphaned_compression_session(self, session_id: str) -> bool:
+        """Reopen a compression-ended session whose handoff never happened; returns whether it reopened.
+
+        Refuses (False) when any continuation child exists or a lease is
+        still live; an expired lease row is removed in the same transaction.
+        """
+        if _blank(session_id, "session_id"):
+            return False
+        return bool(await self._write(ReopenOrphanedCompressionSession(session_id=session_id)))
+
+    async def finalize_orphaned_compression_sessions(self) -> int:
+        """End week-old, never-billed continuation children that hold messages; returns how many.
+
+        Their end reason becomes ``orphaned_compression``; nothing is deleted.
+        """
+        cutoff = time.time() - ORPHAN_CHILD_AGE_SECONDS
+        return int(await self._write(FinalizeOrphanedCompressionSessions(cutoff=cutoff)))
+
+    # ---------------------------------------------------- cooldowns and counters
+
+    async def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
+        """Return ``{cooldown_until, remaining_seconds, error}`` of a running cooldown, else None."""
+        if _blank(session_id, "session_id"):
+            return None
+        row = await self._query("compression_cooldown_row", session_id)
+        until = row["cooldown_until"]
+        if until is None:
+            return None
+        remaining = until - time.time()
+        if remaining <= 0:
+            return None
+        return {"cooldown_until": until, "remaining_seconds": remaining, "error": row["error"]}
+
+    async def get_compression_failure_cooldown_row(self, session_id: str) -> dict[str, Any]:
+        """Return the stored cooldown columns as ``{session_exists, cooldown_until, error}`` (no expiry filter)."""
+        if _blank(session_id, "session_id"):
+            return {"session_exists": False, "cooldown_until": None, "error": None}
+        return await self._query("compression_cooldown_row", session_id)
+
+    async def restore_compression_failure_cooldown_row(self, session_id: str, snapshot: Mapping[str, Any]) -> None:
+        """Put back a row read by :meth:`get_compression_failure_cooldown_row` and verify it. Returns None.
+
+        Raises ``RuntimeError`` when the session appeared or vanished since
+        the snapshot, or when the row reads back differently.
+        """
+        session_id = require_id(session_id)
+        if not isinstance(snapshot, Mapping):
+            raise TypeError(f"snapshot must be a mapping, not {type(snapshot).__name__}")
+        if not snapshot.get("session_exists", False):
+            if (await self.get_compression_failure_cooldown_row(session_id))["session_exists"]:
+                raise RuntimeError("cannot restore absent compression cooldown row: session now exists")
+            return
+        until = opt_number(snapshot.get("cooldown_until"), "snapshot['cooldown_until']")
+        error = opt_text(snapshot.get("error"), "snapshot['error']")
+        await self._write(SetCompressionCooldown(session_id=session_id, cooldown_until=until, error=error, require_row=True))
+        expected = {"session_exists": True, "cooldown_until": until, "error": error}
+        actual = await self.get_compression_failure_cooldown_row(session_id)
+        if actual != expected:
+            raise RuntimeError(
+                f"compression cooldown rollback verification failed: expected={expected!r}, actual={actual!r}"
+            )
+
+    async def record_compression_failure_cooldown(
+        self, session_id: str, cooldown_until: float, error: str | None = None
+    ) -> None:
+        """Store a compression-failure cooldown ending at ``cooldown_until`` (epoch seconds). Returns None."""
+        if _blank(session_id, "session_id"):
+            return
+        until = opt_number(cooldown_until, "cooldown_until")
+        await self._write(SetCompressionCooldown(session_id=session_id, cooldown_until=until, error=opt_text(error, "error")))
+
+    async def clear_compression_failure_cooldown(self, session_id: str) -> None:
+        """Remove the session's compression-failure cooldown. Returns None."""
+        if _blank(session_id, "session_id"):
+            return
+        await self._write(SetCompressionCooldown(session_id=session_id, cooldown_until=None, error=None))
+
+    async def _get_counter(self, session_id: str, column: CompressionCounter) -> int:
+        if _blank(session_id, "session_id"):
+            return 0
+        return await self._query("compression_counter", session_id, column)
+
+    async def _set_counter(self, session_id: str, column: CompressionCounter, value: Any, name: str) -> None:
+        if _blank(session_id, "session_id"):
+            return
+        await self._write(SetCompressionCounter(session_id=session_id, column=column, value=_counter(value, name)))
+
+    async def get_compression_fallback_streak(self, session_id: str) -> int:
+        """Return the stored fallback-summary streak (0 for unknown sessions)."""
+        return await self._get_counter(session_id, "compression_fallback_streak")
+
+    async def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
+        """Store the fallback-summary streak (negative values store 0). Returns None."""
+        await self._set_counter(session_id, "compression_fallback_streak", streak, "streak")
+
+    async def get_compression_ineffective_count(self, session_id: str) -> int:
+        """Return the stored count of ineffective compactions (0 for unknown sessions)."""
+        return await self._get_counter(session_id, "compression_ineffective_count")
+
+    async def set_compression_ineffective_count(self, session_id: str, count: int) -> None:
+        """Store the count of ineffective compactions (negative values store 0). Returns None."""
+        await self._set_counter(session_id, "compression_ineffective_count", count, "count")
+
+    # ------------------------------------------------------------------ rewind
+
+    async def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+        """Hide a user message and everything after it; returns ``{rewound_count, target_message, new_head_id}``.
+
+        ``target_message`` is the decoded row as it was before the rewind,
+        ``new_head_id`` the newest row still active (None when none is).
+        Raises ``ValueError`` when the id is not in the session or is not a
+        user message. The counters are not changed; ``rewind_count`` grows by one.
+        """
+        command = RewindToMessage(
+            session_id=require_id(session_id), target_message_id=_row_id(target_message_id, "target_message_id")
+        )
+        return await self._write(command)
+
+    async def restore_rewound(self, session_id: str, since_message_id: int) -> int:
+        """Reactivate the session's inactive rows with ``id >= since_message_id``; returns how many."""
+        command = RestoreRewound(
+            session_id=require_id(session_id), since_message_id=_row_id(since_message_id, "since_message_id")
+        )
+        return int(await self._write(command))

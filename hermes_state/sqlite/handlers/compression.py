@@ -1,0 +1,291 @@
+"""Handlers for compression leases, compaction, continuation children, cooldowns and rewind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ...commands.compression import (
+    AcquireCompressionLock,
+    ArchiveAndCompact,
+    FinalizeOrphanedCompressionSessions,
+    PublishCompressionChild,
+    RefreshCompressionLock,
+    ReleaseCompressionLock,
+    ReopenOrphanedCompressionSession,
+    RestoreRewound,
+    RewindToMessage,
+    SetCompressionCooldown,
+    SetCompressionCounter,
+)
+from ...encoding import decode_message_row
+from ...errors import CompressionSessionBusyError
+from ..queries.compression import continuation_sql
+from ..queries.core import fetch_dicts
+from .common import require_session, store_prompt
+from .messages import insert_rows
+from .registry import handles
+
+# A structured holder names its process: "pid=<N>:task=...:agent=...:nonce=...".
+_HOLDER_PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
+
+
+def holder_process_is_dead(holder: str) -> bool:
+    """True only when ``holder`` names a local process (not this one) that no longer runs.
+
+    An unreaped zombie counts as dead. Any doubt (no pid field, permission
+    errors, an unreadable /proc) answers False, so a live lease is never stolen.
+    """
+    match = _HOLDER_PID.search(holder or "")
+    if match is None:
+        return False
+    pid = int(match.group(1))
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError, OverflowError):
+        return False
+    try:
+        # Field 3 of /proc/<pid>/stat is the state; "Z" is a killed, unreaped process.
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@handles(AcquireCompressionLock)
+def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tuple[bool, str | None]:
+    now = time.time()
+    reclaimed = None
+    row = conn.execute(
+        "SELECT holder, expires_at FROM compression_locks WHERE session_id = ?", (cmd.session_id,)
+    ).fetchone()
+    if row is not None and (row[1] < now or holder_process_is_dead(row[0])):
+        conn.execute("DELETE FROM compression_locks WHERE session_id = ? AND holder = ?", (cmd.session_id, row[0]))
+        reclaimed = row[0]
+    conn.execute(
+        "INSERT OR IGNORE INTO compression_locks (session_id, holder, acquired_at, expires_at) VALUES (?, ?, ?, ?)",
+        (cmd.session_id, cmd.holder, now, now + cmd.ttl_seconds),
+    )
+    owner = conn.execute("SELECT holder FROM compression_locks WHERE session_id = ?", (cmd.session_id,)).fetchone()
+    return (owner is not None and owner[0] == cmd.holder), reclaimed
+
+
+@handles(RefreshCompressionLock)
+def refresh_compression_lock(conn: Any, cmd: RefreshCompressionLock) -> bool:
+    # Ownership is the holder string alone: an owner whose refresher stalled past
+    # the TTL revives its row as long as nobody reclaimed it meanwhile.
+    cur = conn.execute(
+        "UPDATE compression_locks SET expires_at = ? WHERE session_id = ? AND holder = ?",
+        (time.time() + cmd.ttl_seconds, cmd.session_id, cmd.holder),
+    )
+    return cur.rowcount > 0
+
+
+@handles(ReleaseCompressionLock)
+def release_compression_lock(conn: Any, cmd: ReleaseCompressionLock) -> None:
+    conn.execute("DELETE FROM compression_locks WHERE session_id = ? AND holder = ?", (cmd.session_id, cmd.holder))
+
+
+def _patched_config(stored: str | None, patch_json: str) -> str:
+    try:
+        config = json.loads(stored) if stored else {}
+    except ValueError:
+        config = {}
+    if not isinstance(config, dict):
+        config = {}
+    for key, value in json.loads(patch_json).items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return json.dumps(config)
+
+
+def _set_counts(conn: Any, session_id: str, added: int, calls: int) -> None:
+    conn.execute(
+        "UPDATE sessions SET message_count = ?, tool_call_count = ? WHERE id = ?", (added, calls, session_id)
+    )
+
+
+@handles(ArchiveAndCompact)
+def archive_and_compact(conn: Any, cmd: ArchiveAndCompact) -> int:
+    if cmd.model_config_patch is not None:
+        row = conn.execute("SELECT model_config FROM sessions WHERE id = ?", (cmd.session_id,)).fetchone()
+        if row is None:
+            raise RuntimeError(f"Session not found: {cmd.session_id}")
+        conn.execute(
+            "UPDATE sessions SET model_config = ? WHERE id = ?",
+            (_patched_config(row[0], cmd.model_config_patch), cmd.session_id),
+        )
+    elif cmd.rows:
+        require_session(conn, cmd.session_id)
+    conn.execute(
+        "UPDATE messages SET active = 0, compacted = 1 WHERE session_id = ? AND active = 1", (cmd.session_id,)
+    )
+    added, calls = insert_rows(conn, cmd.session_id, cmd.rows)
+    _set_counts(conn, cmd.session_id, added, calls)
+    return added
+
+
+# Parent columns a continuation child copies (cwd and profile only when not given).
+_INHERITED = (
+    "git_branch", "git_repo_root", "user_id", "session_key", "chat_id", "chat_type",
+    "thread_id", "display_name", "origin_json",
+)
+_CHILD_COLUMNS = (
+    "id", "source", "model", "model_config", "system_prompt_hash", "parent_session_id",
+    "cwd", "profile_name", *_INHERITED, "started_at",
+)
+_INSERT_CHILD_SQL = (
+    f"INSERT INTO sessions ({', '.join(_CHILD_COLUMNS)}) VALUES ({', '.join('?' * len(_CHILD_COLUMNS))})"
+)
+
+
+@handles(PublishCompressionChild)
+def publish_compression_child(conn: Any, cmd: PublishCompressionChild) -> None:
+    now = time.time()
+    parent_id = cmd.parent_session_id
+    if cmd.require_compression_lease:
+        lease = conn.execute(
+            "SELECT holder, expires_at FROM compression_locks WHERE session_id = ?", (parent_id,)
+        ).fetchone()
+        if lease is None or not cmd.compression_lock_holder or lease[0] != cmd.compression_lock_holder or float(
+            lease[1]
+        ) <= now:
+            raise CompressionSessionBusyError(f"Compression lease lost before publication: {parent_id}")
+    parent = conn.execute(
+        f"SELECT ended_at, cwd, profile_name, {', '.join(_INHERITED)} FROM sessions WHERE id = ?", (parent_id,)
+    ).fetchone()
+    if parent is None:
+        raise RuntimeError(f"Compression parent not found: {parent_id}")
+    if parent[0] is not None:
+        raise RuntimeError(f"Compression parent already ended: {parent_id}")
+    store_prompt(conn, cmd.system_prompt, cmd.system_prompt_hash)
+    conn.execute(
+        _INSERT_CHILD_SQL,
+        (
+            cmd.child_session_id, cmd.source, cmd.model, cmd.model_config, cmd.system_prompt_hash, parent_id,
+            cmd.cwd or parent[1], cmd.profile_name or parent[2], *parent[3:], now,
+        ),
+    )
+    added, calls = insert_rows(conn, cmd.child_session_id, cmd.rows)
+    _set_counts(conn, cmd.child_session_id, added, calls)
+    ended = conn.execute(
+        "UPDATE sessions SET ended_at = ?, end_reason = 'compression' WHERE id = ? AND ended_at IS NULL",
+        (now, parent_id),
+    )
+    if ended.rowcount != 1:
+        raise RuntimeError(f"Compression parent changed during publication: {parent_id}")
+
+
+_HAS_CONTINUATION_SQL = (
+    f"SELECT 1 FROM sessions AS c WHERE c.parent_session_id = ? AND {continuation_sql('c')} LIMIT 1"
+)
+
+
+@handles(ReopenOrphanedCompressionSession)
+def reopen_orphaned_compression_session(conn: Any, cmd: ReopenOrphanedCompressionSession) -> bool:
+    row = conn.execute("SELECT ended_at, end_reason FROM sessions WHERE id = ?", (cmd.session_id,)).fetchone()
+    if row is None or row[0] is None or row[1] != "compression":
+        return False
+    # Any continuation, open or ended, means the handoff happened; reopening
+    # would give the conversation two live heads.
+    if conn.execute(_HAS_CONTINUATION_SQL, (cmd.session_id,)).fetchone() is not None:
+        return False
+    lease = conn.execute(
+        "SELECT holder, expires_at FROM compression_locks WHERE session_id = ?", (cmd.session_id,)
+    ).fetchone()
+    if lease is not None:
+        if lease[1] is None or float(lease[1]) >= time.time():
+            return False
+        # Removed in this transaction so its owner cannot refresh it back to life.
+        conn.execute(
+            "DELETE FROM compression_locks WHERE session_id = ? AND holder = ? AND expires_at = ?",
+            (cmd.session_id, lease[0], lease[1]),
+        )
+    cur = conn.execute(
+        "UPDATE sessions SET ended_at = NULL, end_reason = NULL "
+        "WHERE id = ? AND ended_at IS NOT NULL AND end_reason = 'compression'",
+        (cmd.session_id,),
+    )
+    return cur.rowcount == 1
+
+
+@handles(FinalizeOrphanedCompressionSessions)
+def finalize_orphaned_compression_sessions(conn: Any, cmd: FinalizeOrphanedCompressionSessions) -> int:
+    cur = conn.execute(
+        """
+        UPDATE sessions SET ended_at = ?, end_reason = 'orphaned_compression'
+        WHERE COALESCE(api_call_count, 0) = 0
+          AND ended_at IS NULL AND end_reason IS NULL
+          AND started_at < ?
+          AND parent_session_id IS NOT NULL
+          AND EXISTS (SELECT 1 FROM sessions AS p WHERE p.id = sessions.parent_session_id
+                      AND p.end_reason = 'compression' AND p.ended_at IS NOT NULL)
+          AND EXISTS (SELECT 1 FROM messages AS m WHERE m.session_id = sessions.id)
+        """,
+        (time.time(), cmd.cutoff),
+    )
+    return int(cur.rowcount)
+
+
+@handles(SetCompressionCooldown)
+def set_compression_cooldown(conn: Any, cmd: SetCompressionCooldown) -> None:
+    cur = conn.execute(
+        "UPDATE sessions SET compression_failure_cooldown_until = ?, compression_failure_error = ? WHERE id = ?",
+        (cmd.cooldown_until, cmd.error, cmd.session_id),
+    )
+    if cmd.require_row and cur.rowcount != 1:
+        raise RuntimeError(f"compression cooldown rollback session missing: {cmd.session_id}")
+
+
+_COUNTER_COLUMNS = ("compression_fallback_streak", "compression_ineffective_count")
+
+
+@handles(SetCompressionCounter)
+def set_compression_counter(conn: Any, cmd: SetCompressionCounter) -> None:
+    if cmd.column not in _COUNTER_COLUMNS:
+        raise ValueError(f"unknown compression counter: {cmd.column!r}")
+    conn.execute(f"UPDATE sessions SET {cmd.column} = ? WHERE id = ?", (max(0, cmd.value), cmd.session_id))
+
+
+@handles(RewindToMessage)
+def rewind_to_message(conn: Any, cmd: RewindToMessage) -> dict[str, Any]:
+    found = fetch_dicts(
+        conn, "SELECT * FROM messages WHERE id = ? AND session_id = ?", (cmd.target_message_id, cmd.session_id)
+    )
+    if not found:
+        raise ValueError(f"message {cmd.target_message_id} not found in session {cmd.session_id}")
+    target = decode_message_row(found[0])
+    if target["role"] != "user":
+        raise ValueError(
+            f"rewind target must be a 'user' message (got role={target['role']!r}, id={cmd.target_message_id})"
+        )
+    cur = conn.execute(
+        "UPDATE messages SET active = 0 WHERE session_id = ? AND id >= ? AND active = 1",
+        (cmd.session_id, cmd.target_message_id),
+    )
+    conn.execute(
+        "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = ?", (cmd.session_id,)
+    )
+    head = conn.execute(
+        "SELECT MAX(id) FROM messages WHERE session_id = ? AND active = 1", (cmd.session_id,)
+    ).fetchone()
+    return {"rewound_count": int(cur.rowcount), "target_message": target, "new_head_id": head[0]}
+
+
+@handles(RestoreRewound)
+def restore_rewound(conn: Any, cmd: RestoreRewound) -> int:
+    cur = conn.execute(
+        "UPDATE messages SET active = 1 WHERE session_id = ? AND id >= ? AND active = 0",
+        (cmd.session_id, cmd.since_message_id),
+    )
+    return int(cur.rowcount)

@@ -1,0 +1,392 @@
+"""Compression under real contention: several stores and processes, killed holders, races, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_state import CompressionSessionBusyError, SessionDB
+from hermes_state.sqlite.driver import driver_module
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A child process: open the store, report, wait for the go file, then try for the lease.
+RACER = textwrap.dedent(
+    """
+    import asyncio, os, sys, time
+    from hermes_state import SessionDB
+
+    async def main():
+        db_path, holder, go = sys.argv[1], sys.argv[2], sys.argv[3]
+        db = SessionDB(db_path)
+        await db.get_meta("warm-up")
+        print("ready", flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.001)
+        won = await db.try_acquire_compression_lock("shared", holder, 60)
+        print("won" if won else "lost", flush=True)
+        await db.close()
+
+    asyncio.run(main())
+    """
+)
+
+# A child process that takes a lease in its own name and then just sits there.
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from hermes_state import SessionDB
+
+    async def main():
+        db = SessionDB(sys.argv[1])
+        holder = f"pid={os.getpid()}:task=compress:agent=abcdef:nonce=0badf00d"
+        assert await db.try_acquire_compression_lock("s", holder, 600)
+        print(holder, flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+def spawn(script: str, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def read_line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line:
+        proc.wait(timeout=10)
+        assert proc.stderr is not None
+        pytest.fail(f"child exited early: {proc.stderr.read()}")
+    return line
+
+
+async def seed(db: SessionDB, session_id: str, turns: int) -> list[int]:
+    await db.create_session(session_id, "cli")
+    return [await db.append_message(session_id, "user", f"old {i}") for i in range(turns)]
+
+
+# ---------------------------------------------------------------- lease races
+
+
+async def test_two_stores_on_one_file_have_one_winner(db_path: Path) -> None:
+    first, second = SessionDB(db_path), SessionDB(db_path)
+    try:
+        await first.get_meta("open")
+        await second.get_meta("open")
+        for round_ in range(5):
+            attempts = [(db, f"holder-{round_}-{i}-{n}") for i in range(10) for n, db in enumerate((first, second))]
+            results = await asyncio.gather(
+                *(db.try_acquire_compression_lock(f"s{round_}", holder, 60) for db, holder in attempts)
+            )
+            winners = [holder for (_, holder), won in zip(attempts, results) if won]
+            assert len(winners) == 1
+            assert await first.get_compression_lock_holder(f"s{round_}") == winners[0]
+            assert await second.get_compression_lock_holder(f"s{round_}") == winners[0]
+    finally:
+        await first.close()
+        await second.close()
+
+
+def test_processes_race_for_one_lease(db_path: Path, tmp_path: Path) -> None:
+    asyncio.run(_create(db_path))
+    go = tmp_path / "go"
+    racers = [spawn(RACER, str(db_path), f"pid=0:racer={i}", str(go)) for i in range(4)]
+    try:
+        for proc in racers:
+            assert read_line(proc) == "ready"
+        go.touch()
+        outcomes = [read_line(proc) for proc in racers]
+        for proc in racers:
+            assert proc.wait(timeout=30) == 0
+    finally:
+        for proc in racers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert sorted(outcomes) == ["lost", "lost", "lost", "won"]
+    with closing(driver_module().connect(str(db_path))) as conn:
+        (holder,) = conn.execute("SELECT holder FROM compression_locks WHERE session_id = 'shared'").fetchone()
+    assert holder == f"pid=0:racer={outcomes.index('won')}"
+
+
+async def _create(db_path: Path) -> None:
+    async with SessionDB(db_path) as db:
+        await db.get_meta("create")
+
+
+# ----------------------------------------------------------- killed holders
+
+
+async def test_lease_of_a_sigkilled_holder_is_taken_over(store: SessionDB, db_path: Path) -> None:
+    await seed(store, "s", 2)
+    proc = spawn(HOLDER, str(db_path))
+    try:
+        holder = await asyncio.to_thread(read_line, proc)
+        assert holder.startswith(f"pid={proc.pid}:")
+        assert await store.get_compression_lock_holder("s") == holder
+        assert not await store.try_acquire_compression_lock("s", "successor")  # holder alive
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(proc.wait, 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    # The dead holder's lease still reads as live by time...
+    assert await store.get_compression_lock_holder("s") == holder
+    # ...but the next acquirer sees the process is gone and takes it over.
+    assert await store.try_acquire_compression_lock("s", "successor", ttl_seconds=60)
+    assert await store.get_compression_lock_holder("s") == "successor"
+    await store.publish_compression_child(
+        parent_session_id="s", child_session_id="s2", source="cli",
+        messages=[{"role": "user", "content": "summary"}], compression_lock_holder="successor",
+    )
+    assert await store.get_compression_tip("s") == "s2"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see zombie processes")
+async def test_lease_of_an_unreaped_killed_holder_is_taken_over(store: SessionDB, db_path: Path) -> None:
+    proc = spawn(HOLDER, str(db_path))
+    try:
+        holder = await asyncio.to_thread(read_line, proc)
+        os.kill(proc.pid, signal.SIGKILL)  # not reaped: the pid stays as a zombie
+        stat = Path(f"/proc/{proc.pid}/stat")
+        for _ in range(200):
+            if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            await asyncio.sleep(0.01)
+        assert await store.get_compression_lock_holder("s") == holder
+        assert await store.try_acquire_compression_lock("s", "successor")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ------------------------------------------------------- appends vs compaction
+
+
+def _check_writers(rows: list[dict[str, Any]], writers: int, per_writer: int) -> dict[str, dict[str, Any]]:
+    by_content = {}
+    for row in rows:
+        assert row["content"] not in by_content, f"duplicated row {row['content']!r}"
+        by_content[row["content"]] = row
+    for w in range(writers):
+        ids = [by_content[f"w{w}-{i}"]["id"] for i in range(per_writer)]  # KeyError = a lost row
+        assert ids == sorted(ids), f"writer {w} rows out of order"
+    return by_content
+
+
+async def test_appends_racing_a_leased_compaction(db_path: Path) -> None:
+    """The agent's protocol: lease, compact, release. Other writers (another store) wait for it."""
+    compactor, other = SessionDB(db_path), SessionDB(db_path)
+    try:
+        old = await seed(compactor, "s", 20)
+        assert await compactor.try_acquire_compression_lock("s", "owner", ttl_seconds=60)
+        lease_taken_at = max(old)
+
+        async def writer(w: int) -> None:
+            for i in range(8):
+                await other.append_message("s", "user", f"w{w}-{i}")
+
+        writers = [asyncio.create_task(writer(w)) for w in range(3)]
+        await asyncio.sleep(0.2)  # the writers are now bouncing off the lease
+        summary = [{"role": "user", "content": "summary"}, {"role": "assistant", "content": "ack"}]
+        assert await compactor.archive_and_compact("s", summary) == 2
+        await compactor.release_compression_lock("s", "owner")
+        await asyncio.gather(*writers)
+
+        rows = await compactor.get_messages("s", include_inactive=True)
+        by_content = _check_writers(rows, 3, 8)
+        summary_ids = [by_content["summary"]["id"], by_content["ack"]["id"]]
+        late = [r for r in rows if r["content"].startswith("w")]
+        assert all(r["id"] > max(summary_ids) > lease_taken_at for r in late)
+        assert all(r["active"] == 1 and r["compacted"] == 0 for r in late)
+        assert all((by_content[f"old {i}"]["active"], by_content[f"old {i}"]["compacted"]) == (0, 1) for i in range(20))
+        session = await compactor.get_session("s")
+        assert session is not None and session["message_count"] == 2 + 24 == len(await compactor.get_messages("s"))
+    finally:
+        await compactor.close()
+        await other.close()
+
+
+async def test_appends_racing_an_unleased_compaction_lose_nothing(db_path: Path) -> None:
+    """Without a lease each append lands wholly before (archived) or after (active) the compaction."""
+    first, second = SessionDB(db_path), SessionDB(db_path)
+    try:
+        await seed(first, "s", 5)
+        await second.get_meta("open")
+
+        async def writer(db: SessionDB, w: int) -> None:
+            for i in range(15):
+                await db.append_message("s", "user", f"w{w}-{i}")
+                await asyncio.sleep(random.uniform(0, 0.002))
+
+        async def compactor() -> None:
+            for round_ in range(5):
+                await asyncio.sleep(random.uniform(0.002, 0.01))
+                await first.archive_and_compact("s", [{"role": "user", "content": f"summary {round_}"}])
+
+        await asyncio.gather(compactor(), *(writer(db, w) for w, db in enumerate((first, second, first, second))))
+        rows = await first.get_messages("s", include_inactive=True)
+        by_content = _check_writers(rows, 4, 15)
+        last_summary = by_content["summary 4"]["id"]
+        for row in rows:
+            if row["id"] < last_summary:
+                assert (row["active"], row["compacted"]) == (0, 1)
+            else:
+                assert (row["active"], row["compacted"]) == (1, 0)
+        active = await first.get_messages("s")
+        session = await first.get_session("s")
+        assert session is not None and session["message_count"] == len(active)
+        assert len(rows) == 5 + 5 + 60
+    finally:
+        await first.close()
+        await second.close()
+
+
+# ---------------------------------------------------------------- cancellation
+
+
+async def _state(db: SessionDB, old: list[int], summary: list[str]) -> str:
+    """'untouched' or 'compacted'; anything in between fails the test."""
+    rows = await db.get_messages("s", include_inactive=True)
+    session = await db.get_session("s")
+    assert session is not None
+    old_rows = [r for r in rows if r["id"] in old]
+    new_rows = [r for r in rows if r["id"] not in old]
+    assert len(old_rows) == len(old)
+    if not new_rows and all(r["active"] == 1 and r["compacted"] == 0 for r in old_rows):
+        assert session["message_count"] == len(old)
+        return "untouched"
+    assert all(r["active"] == 0 and r["compacted"] == 1 for r in old_rows)
+    assert [r["content"] for r in new_rows] == summary and all(r["active"] == 1 for r in new_rows)
+    assert session["message_count"] == len(summary)
+    return "compacted"
+
+
+def _hold_write_lock(db_path: Path) -> Any:
+    # The store's own SQLite library: POSIX locks of two libraries in one process do not see each other.
+    conn = driver_module().connect(str(db_path), timeout=10, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+async def test_cancel_while_the_writer_runs_the_compaction(store: SessionDB, db_path: Path) -> None:
+    old = await seed(store, "s", 6)
+    summary = [f"summary {i}" for i in range(300)]
+    blocker = _hold_write_lock(db_path)
+    task = asyncio.create_task(store.archive_and_compact("s", [{"role": "user", "content": c} for c in summary]))
+    await asyncio.sleep(0.3)  # the writer took the command and waits on the file lock
+    task.cancel()
+    blocker.rollback()  # released within the writer's 1 s busy timeout
+    blocker.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await store.set_meta("barrier", "1")  # queued behind the compaction's batch
+    assert await _state(store, old, summary) == "compacted"
+
+
+async def test_cancel_while_the_compaction_is_queued(store: SessionDB, db_path: Path) -> None:
+    old = await seed(store, "s", 6)
+    blocker = _hold_write_lock(db_path)
+    ahead = asyncio.create_task(store.set_meta("ahead", "1"))
+    await asyncio.sleep(0.2)  # the writer is stuck on `ahead`; the compaction waits in the queue
+    task = asyncio.create_task(store.archive_and_compact("s", [{"role": "user", "content": "summary"}]))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    blocker.rollback()
+    blocker.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await ahead
+    await store.set_meta("barrier", "1")
+    assert await _state(store, old, ["summary"]) == "untouched"
+    assert await store.get_meta("ahead") == "1"
+
+
+async def test_cancel_at_random_points_is_all_or_nothing(store: SessionDB) -> None:
+    rng = random.Random(1234)
+    seen: list[str] = []
+    await store.create_session("s", "cli")
+    await store.create_session("busy", "cli")
+    filler = [{"role": "user", "content": "x" * 200} for _ in range(3000)]
+    for round_ in range(30):
+        await store.replace_messages("s", [{"role": "user", "content": f"r{round_} old {i}"} for i in range(50)])
+        old = [m["id"] for m in await store.get_messages("s")]
+        summary = [f"r{round_} summary {i}" for i in range(rng.choice((1, 200, 800)))]
+        # A big write ahead keeps the writer busy, so the compaction is sometimes still queued.
+        ahead = asyncio.create_task(store.append_messages_batch("busy", filler[: rng.choice((0, 300, 3000))]))
+        await asyncio.sleep(0)
+        task = asyncio.create_task(store.archive_and_compact("s", [{"role": "user", "content": c} for c in summary]))
+        await asyncio.sleep(rng.uniform(0, 0.03))
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await ahead
+        await store.set_meta("barrier", str(round_))  # queued last: everything before it is applied
+        seen.append(await _state(store, old, summary))
+    # Both outcomes occur, and nothing in between (``_state`` fails on a torn transcript).
+    assert set(seen) == {"untouched", "compacted"}, seen
+
+
+# --------------------------------------------------------------- lease expiry
+
+
+async def test_lease_expiring_mid_compaction_is_lost_to_a_successor(db_path: Path) -> None:
+    slow, fast = SessionDB(db_path), SessionDB(db_path)
+    try:
+        await seed(slow, "s", 4)
+        assert await slow.try_acquire_compression_lock("s", "slow", ttl_seconds=0.3)
+        await asyncio.sleep(0.4)  # the summary call outlives the lease
+        # Meanwhile other writers are no longer held back by the expired lease.
+        await fast.append_message("s", "user", "during the slow summary")
+        assert await fast.try_acquire_compression_lock("s", "fast", ttl_seconds=60)
+        # The slow compressor learns it lost the lease and cannot publish.
+        assert not await slow.refresh_compression_lock("s", "slow")
+        with pytest.raises(CompressionSessionBusyError, match="lease lost"):
+            await slow.publish_compression_child(
+                parent_session_id="s", child_session_id="s-slow", source="cli",
+                messages=[{"role": "user", "content": "stale summary"}], compression_lock_holder="slow",
+            )
+        await slow.release_compression_lock("s", "slow")  # must not free the successor's lease
+        assert await fast.get_compression_lock_holder("s") == "fast"
+        await fast.publish_compression_child(
+            parent_session_id="s", child_session_id="s-fast", source="cli",
+            messages=[{"role": "user", "content": "fresh summary"}], compression_lock_holder="fast",
+        )
+        assert await slow.get_compression_tip("s") == "s-fast"
+        assert await slow.get_session("s-slow") is None
+    finally:
+        await slow.close()
+        await fast.close()
+
+
+async def test_lease_expired_but_unclaimed_is_revived_and_publishes(store: SessionDB) -> None:
+    await seed(store, "s", 2)
+    assert await store.try_acquire_compression_lock("s", "slow", ttl_seconds=0.1)
+    await asyncio.sleep(0.2)
+    assert await store.refresh_compression_lock("s", "slow", ttl_seconds=60)
+    await store.publish_compression_child(
+        parent_session_id="s", child_session_id="s2", source="cli",
+        messages=[{"role": "user", "content": "summary"}], compression_lock_holder="slow",
+    )
+    assert await store.resolve_resume_session_id("s") == "s2"
