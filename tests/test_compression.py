@@ -451,7 +451,7 @@ async def test_rewind_and_restore(store: SessionDB) -> None:
 
 async def test_rewind_errors_and_compacted_restore(store: SessionDB) -> None:
     ids = await seed(store, turns=2)
-    with pytest.raises(ValueError, match=f"^message 999 not found in session s$"):
+    with pytest.raises(ValueError, match="^message 999 not found in session s$"):
         await store.rewind_to_message("s", 999)
     with pytest.raises(ValueError, match=rf"^rewind target must be a 'user' message \(got role='assistant', id={ids[1]}\)$"):
         await store.rewind_to_message("s", ids[1])

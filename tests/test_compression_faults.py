@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import time
-from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hermes_state import SessionDB, SessionResumeTooLargeError
-from hermes_state.sqlite.driver import driver_module
-
-
-def raw_exec(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> None:
-    with closing(driver_module().connect(str(db_path), timeout=10)) as conn:
-        conn.execute(sql, params)
-        conn.commit()
+from tests.test_compression import raw_exec
 
 
 async def rotate(db: SessionDB, parent: str, child: str, *contents: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hermes_state import SessionDB
+from tests.test_compression import raw_exec
 
 
 async def sessions(db: SessionDB, *ids: str) -> None:
@@ -142,8 +143,6 @@ async def test_automatic_titles_respect_authority(store: SessionDB) -> None:
 
 
 async def test_title_without_provenance_counts_as_user(store: SessionDB, db_path: Path) -> None:
-    from tests.test_lineage import raw_exec
-
     await sessions(store, "s", "t")
     raw_exec(db_path, "UPDATE sessions SET title = 'Legacy' WHERE id = 's'")
     assert await store.get_session_title_source("s") is None
@@ -177,8 +176,6 @@ async def test_lookup_by_title(store: SessionDB) -> None:
 
 
 async def test_resolve_prefers_the_newest_numbered_continuation(store: SessionDB, db_path: Path) -> None:
-    from tests.test_lineage import raw_exec
-
     for sid, title, started in (("s1", "Chat", 1.0), ("s2", "Chat #2", 3.0), ("s3", "Chat #3", 2.0),
                                 ("x1", "CHAT #9", 9.0), ("x2", "Chat #final", 9.0), ("x3", "Chat_50%", 9.0)):
         await sessions(store, sid)

@@ -7,7 +7,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..commands.titles import LineageFlag, SetLineageFlag, SetSessionTitle, SetSessionTitleSource
+from ..commands.titles import (
+    LineageFlag,
+    SetLineageFlag,
+    SetSessionTitle,
+    SetSessionTitleSource,
+)
 from ..encoding import scrub_surrogates
 from ..facade import StoreBase, require_id
 

@@ -7,6 +7,7 @@ agree on what a continuation is.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ...errors import SessionResumeTooLargeError
@@ -14,12 +15,12 @@ from .core import fetch_dicts, resolve_prompt, session_chain, snapshot
 from .registry import query
 
 __all__ = [
-    "marker_sql",
+    "compression_tip",
     "continuation_sql",
     "last_active_sql",
     "lineage_ids_cte",
+    "marker_sql",
     "session_rows",
-    "compression_tip",
 ]
 
 # Hop limits of the reference store (malformed data must not loop forever).
@@ -104,17 +105,23 @@ LIMIT 1
 """
 
 
-def compression_tip(conn: Any, session_id: str) -> str:
-    """Follow compression continuations from ``session_id`` to the live tip (the input when none)."""
-    current = session_id
-    seen = {current}
-    for _ in range(TIP_MAX_HOPS):
-        row = conn.execute(_TIP_STEP_SQL, (current,)).fetchone()
+def _walk(conn: Any, step_sql: str, start: str, hops: int) -> Iterator[str]:
+    """Yield ``start``, then each id ``step_sql`` picks next; stops on none, a repeat, or after ``hops`` steps."""
+    current, seen = start, {start}
+    yield current
+    for _ in range(hops):
+        row = conn.execute(step_sql, (current,)).fetchone()
         if row is None or row[0] in seen:
-            break
+            return
         current = row[0]
         seen.add(current)
-    return current
+        yield current
+
+
+def compression_tip(conn: Any, session_id: str) -> str:
+    """Follow compression continuations from ``session_id`` to the live tip (the input when none)."""
+    *_, tip = _walk(conn, _TIP_STEP_SQL, session_id, TIP_MAX_HOPS)
+    return tip
 
 
 @query
@@ -134,16 +141,11 @@ def resume_target_id(conn: Any, session_id: str) -> str:
     """The compression tip, then the deepest plain descendant that holds messages."""
     with snapshot(conn):
         tip = compression_tip(conn, session_id)
-        current, best, seen = tip, None, {tip}
-        for _ in range(RESUME_MAX_HOPS):
+        best = tip
+        for current in _walk(conn, _PLAIN_CHILD_SQL, tip, RESUME_MAX_HOPS - 1):
             if conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (current,)).fetchone():
                 best = current
-            row = conn.execute(_PLAIN_CHILD_SQL, (current,)).fetchone()
-            if row is None or row[0] in seen:
-                break
-            current = row[0]
-            seen.add(current)
-        return best if best is not None else tip
+        return best
 
 
 _LINEAGE_ROW_SQL = (
