@@ -140,3 +140,22 @@ async def test_anchor_in_place_compaction(anchor_db: Path) -> None:
         # Rows from both compactions stay in the full-text index.
         hits = {h[0] for h in conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'deployment'")}
         assert {6, 8, 10, 12} <= hits and max(hits) > 16
+
+
+@pytest.mark.parametrize(
+    ("label", "kwargs"),
+    [
+        ("search_messages('docker')", {"query": "docker"}),
+        ("search_messages('deployment', role_filter=['user'])", {"query": "deployment", "role_filter": ["user"]}),
+        ("search_messages('你好世界')", {"query": "你好世界"}),
+    ],
+)
+async def test_anchor_search_matches_reference(anchor_db: Path, label: str, kwargs: dict[str, Any]) -> None:
+    # Exact rows, order, snippets and context windows as the reference returned them.
+    db = SessionDB(anchor_db)
+    try:
+        hits = await db.search_messages(**kwargs)
+        assert _jsonable(hits) == EXPECTED[label]
+        assert [list(hit) for hit in hits] == [list(row) for row in EXPECTED[label]]
+    finally:
+        await db.close()

@@ -19,6 +19,7 @@ from .driver import driver_name, open_connection, run_on, sqlite_version_info
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
 from .safety import quarantine_zeroed_state_db, record_init_error
 from .schema import ensure_schema
+from .search.cjk import load_cjk_if_enabled
 from .writer import apply_batch
 
 __all__ = ["SQLiteBackend", "SQLiteReader"]
@@ -45,16 +46,22 @@ def _preflight(path: Path) -> None:
             )
 
 
-def _setup_writer(conn: Any, config: StoreConfig, label: str) -> dict[str, Any]:
+def _setup_writer(conn: Any, config: StoreConfig, label: str, home: Path | None = None) -> dict[str, Any]:
     mode = apply_journal_mode(conn, config.database.journal_mode, db_label=label)
     apply_database_pragmas(conn, config.database, busy_timeout_ms=WRITER_BUSY_TIMEOUT_MS)
-    facts = ensure_schema(conn)
+    # Search: the optional CJK tokenizer must be loaded before the schema
+    # step, which creates (or, when it is missing, detaches) the CJK index.
+    cjk_loaded = load_cjk_if_enabled(conn, config, home)
+    facts = ensure_schema(conn, cjk_loaded=cjk_loaded)
     facts["journal_mode"] = mode
     return facts
 
 
-def _setup_reader(conn: Any, config: StoreConfig) -> dict[str, Any]:
+def _setup_reader(conn: Any, config: StoreConfig, cjk: bool = True, home: Path | None = None) -> dict[str, Any]:
     apply_database_pragmas(conn, config.database, busy_timeout_ms=READER_BUSY_TIMEOUT_MS)
+    # Search: queries on the CJK index need the tokenizer on this connection too.
+    if cjk:
+        load_cjk_if_enabled(conn, config, home)
     conn.execute("PRAGMA query_only=ON")
     facts: dict[str, Any] = {"journal_mode": read_journal_mode(conn)}
     try:
@@ -111,12 +118,14 @@ class SQLiteBackend:
             if not self.read_only:
                 _preflight(self.path)
                 self._writer_conn = await open_connection(str(self.path), timeout=WRITER_BUSY_TIMEOUT_MS / 1000)
-                self._facts = await run_on(self._writer_conn, _setup_writer, self.config, self.path.name)
+                self._facts = await run_on(self._writer_conn, _setup_writer, self.config, self.path.name, self.home)
             elif not self.path.exists():
                 raise sqlite3.OperationalError(f"unable to open database file: {self.path} does not exist")
             uri = self.path.absolute().as_uri() + "?mode=ro"
             self._reader_conn = await open_connection(uri, uri=True, timeout=READER_BUSY_TIMEOUT_MS / 1000)
-            facts = await run_on(self._reader_conn, _setup_reader, self.config)
+            # Read-only stores have no writer; otherwise the reader follows the writer.
+            cjk = self.read_only or bool(self._facts.get("cjk"))
+            facts = await run_on(self._reader_conn, _setup_reader, self.config, cjk, self.home)
             for key, value in facts.items():
                 self._facts.setdefault(key, value)
         except BaseException as exc:

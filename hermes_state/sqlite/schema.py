@@ -13,6 +13,15 @@ import logging
 from typing import Any
 
 from .driver import driver_module
+from .search.fts_schema import (  # noqa: F401  (fts_triggers_sql is re-exported)
+    ALL_TRIGGERS,
+    BASE_TRIGGERS,
+    base_tables_sql,
+    drop_triggers,
+    ensure_fts,
+    fts_triggers_sql,
+    probe_fts,
+)
 
 __all__ = ["SCHEMA_VERSION", "SCHEMA_SQL", "FTS_STORAGE_VERSION", "prompt_hash", "ensure_schema"]
 
@@ -219,106 +228,11 @@ TITLE_INDEX_SQL = (
     "CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title) WHERE title IS NOT NULL"
 )
 
-# A row id is indexed unless a deferred rebuild still has to reach it.
-_GATE = """(({ref}.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
-                         WHERE key = '{hw}'), -1))
-   OR ({ref}.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
-                          WHERE key = '{pg}'), -1)))"""
-
-
-def _gate(ref: str, prefix: str = "fts_rebuild") -> str:
-    return _GATE.format(ref=ref, hw=f"{prefix}_high_water", pg=f"{prefix}_progress")
-
-
-FTS_TABLES_SQL = """
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    content,
-    tool_name,
-    tool_calls,
-    content='messages',
-    content_rowid='id'
-);
-CREATE VIEW IF NOT EXISTS messages_fts_trigram_src AS
-    SELECT id, role, content, tool_name, tool_calls
-    FROM messages
-    WHERE role <> 'tool';
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(
-    content,
-    tool_name,
-    tool_calls,
-    content='messages_fts_trigram_src',
-    content_rowid='id',
-    tokenize='trigram'
-);
-"""
-
-FTS_TRIGGER_NAMES = (
-    "messages_fts_insert",
-    "messages_fts_delete",
-    "messages_fts_update",
-    "messages_fts_trigram_insert",
-    "messages_fts_trigram_delete",
-    "messages_fts_trigram_update",
-)
-
-
-def fts_triggers_sql() -> str:
-    """The six gated triggers that keep both FTS indexes in step with ``messages``."""
-    return f"""
-CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages
-WHEN {_gate('new')}
-BEGIN
-    INSERT INTO messages_fts(rowid, content, tool_name, tool_calls)
-    VALUES (new.id, new.content, new.tool_name, new.tool_calls);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages
-WHEN {_gate('old')}
-BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content, tool_name, tool_calls)
-    VALUES ('delete', old.id, old.content, old.tool_name, old.tool_calls);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_fts_update
-AFTER UPDATE OF content, tool_name, tool_calls ON messages
-WHEN (old.content IS NOT new.content
-    OR old.tool_name IS NOT new.tool_name
-    OR old.tool_calls IS NOT new.tool_calls)
-   AND {_gate('old')}
-BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content, tool_name, tool_calls)
-    VALUES ('delete', old.id, old.content, old.tool_name, old.tool_calls);
-    INSERT INTO messages_fts(rowid, content, tool_name, tool_calls)
-    VALUES (new.id, new.content, new.tool_name, new.tool_calls);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages
-WHEN new.role <> 'tool'
-   AND {_gate('new')}
-BEGIN
-    INSERT INTO messages_fts_trigram(rowid, content, tool_name, tool_calls)
-    VALUES (new.id, new.content, new.tool_name, new.tool_calls);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages
-WHEN old.role <> 'tool'
-   AND {_gate('old')}
-BEGIN
-    INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name, tool_calls)
-    VALUES ('delete', old.id, old.content, old.tool_name, old.tool_calls);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update
-AFTER UPDATE OF content, tool_name, tool_calls, role ON messages
-WHEN (old.content IS NOT new.content
-    OR old.tool_name IS NOT new.tool_name
-    OR old.tool_calls IS NOT new.tool_calls
-    OR old.role IS NOT new.role)
-   AND {_gate('old')}
-BEGIN
-    INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name, tool_calls)
-    SELECT 'delete', old.id, old.content, old.tool_name, old.tool_calls
-    WHERE old.role <> 'tool';
-    INSERT INTO messages_fts_trigram(rowid, content, tool_name, tool_calls)
-    SELECT new.id, new.content, new.tool_name, new.tool_calls
-    WHERE new.role <> 'tool';
-END;
-"""
+# The FTS objects (both layouts, the optional CJK index, open-time repairs)
+# live in ``hermes_state.sqlite.search.fts_schema``; these names stay here
+# for code that builds the base schema by hand (bench/append.py).
+FTS_TABLES_SQL = base_tables_sql()
+FTS_TRIGGER_NAMES = BASE_TRIGGERS
 
 
 def run_script(conn: Any, script: str) -> None:
@@ -434,44 +348,6 @@ def _ensure_title_index(conn: Any) -> None:
     conn.execute(TITLE_INDEX_SQL)
 
 
-def fts5_available(conn: Any) -> bool:
-    """Probe FTS5 (with trigram) by creating a throw-away temp table."""
-    try:
-        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp._hermes_fts5_probe USING fts5(x, tokenize='trigram')")
-        conn.execute("DROP TABLE IF EXISTS temp._hermes_fts5_probe")
-        return True
-    except Exception as exc:
-        text = str(exc).lower()
-        if ("no such module" in text and "fts5" in text) or "no such tokenizer" in text:
-            return False
-        raise
-
-
-def _get_meta(conn: Any, key: str) -> str | None:
-    row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None else row[0]
-
-
-def _ensure_fts(conn: Any) -> str:
-    """Create the FTS tables/triggers when missing; returns the layout in use."""
-    tables = _objects(conn, "table")
-    fts_sql = tables.get("messages_fts")
-    if fts_sql and "tool_name" not in fts_sql:
-        # Legacy inline layout (schema v11..v22): kept working as it is.
-        return "legacy"
-    triggers = _objects(conn, "trigger")
-    missing = [name for name in FTS_TRIGGER_NAMES if name not in triggers]
-    created_tables = fts_sql is None
-    run_script(conn, FTS_TABLES_SQL)
-    if missing:
-        run_script(conn, fts_triggers_sql())
-        if not created_tables or conn.execute("SELECT 1 FROM messages LIMIT 1").fetchone():
-            # Triggers were absent while rows were written: bring the indexes up to date.
-            conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
-            conn.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
-    return "current"
-
-
 def _migrate_inline_prompts(conn: Any) -> None:
     rows = conn.execute(
         "SELECT id, system_prompt FROM sessions WHERE system_prompt IS NOT NULL AND system_prompt <> ''"
@@ -522,7 +398,7 @@ def _tag_delegate_children(conn: Any) -> None:
     )
 
 
-def ensure_schema(conn: Any, *, fts_enabled: bool = True) -> dict[str, Any]:
+def ensure_schema(conn: Any, *, fts_enabled: bool = True, cjk_loaded: bool = False) -> dict[str, Any]:
     """Create or migrate the schema of a writable file; returns facts about it.
 
     Runs outside one big transaction on purpose: the base script is idempotent
@@ -542,7 +418,7 @@ def ensure_schema(conn: Any, *, fts_enabled: bool = True) -> dict[str, Any]:
         log.debug("platform message index: %s", exc)
     run_script(conn, DEFERRED_INDEX_SQL)
 
-    has_fts = fts_enabled and fts5_available(conn)
+    has_fts = fts_enabled and probe_fts(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute("UPDATE messages SET active = 1 WHERE active IS NULL")
@@ -566,33 +442,14 @@ def ensure_schema(conn: Any, *, fts_enabled: bool = True) -> dict[str, Any]:
 
     _ensure_title_index(conn)
 
-    layout = "none"
     if has_fts:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            layout = _ensure_fts(conn)
-            if layout == "legacy" and prior is not None and prior < 23:
-                conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_optimize_available', '1')")
-            if (
-                prior is not None
-                and layout == "current"
-                and _get_meta(conn, "fts_storage_version") is None
-                and _get_meta(conn, "fts_rebuild_high_water") is None
-            ):
-                conn.execute(
-                    "INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_storage_version', ?)",
-                    (str(FTS_STORAGE_VERSION),),
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        fts = ensure_fts(conn, prior_version=prior, cjk_loaded=cjk_loaded)
     else:
-        for name in FTS_TRIGGER_NAMES:
-            conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+        # Without FTS5 the triggers would make every message insert fail.
+        fts = {"fts": "none", "trigram": False, "cjk": False}
+        drop_triggers(conn, ALL_TRIGGERS)
     version = conn.execute("SELECT version FROM schema_version LIMIT 1").fetchone()
-    return {"schema_version": int(version[0]) if version else None, "fts": layout, "prior_version": prior}
+    return {"schema_version": int(version[0]) if version else None, "prior_version": prior, **fts}
 
 
 def json_dumps(value: Any) -> str:

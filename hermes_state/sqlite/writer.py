@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from ..commands.base import Command
 from .driver import to_stdlib_error
 from .handlers import handler_for
+from .search.recovery import apply_with_fts_recovery
 
 __all__ = ["Outcome", "apply_batch"]
 
@@ -98,7 +99,15 @@ def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
     command runs on its own between them. Raises only when a transaction as a
     whole cannot start or commit (for example the file is locked by another
     process); then none of the batch's transactional commands were applied.
+
+    A write that fails on a corrupt full-text index (the FTS triggers run in
+    the same transaction) is applied again after the index was rebuilt or,
+    failing that, detached; see ``search.recovery`` (spec §1.5.4).
     """
+    return apply_with_fts_recovery(conn, commands, _apply_batch_once)
+
+
+def _apply_batch_once(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
     if not any(c.standalone for c in commands):
         return _apply_transaction(conn, commands)
     outcomes: list[Outcome] = []

@@ -1,0 +1,607 @@
+"""Read side of search: ``search_messages`` routing, session search, FTS status.
+
+``search_messages`` runs entirely on the reader thread inside one read
+transaction: it reads the FTS state (markers, which indexes exist), picks a
+route (spec §4.3), runs it, applies the fallbacks, and builds snippets and
+context windows for the page it returns. A corrupt index is reported to the
+facade with :class:`FtsRepairNeeded` so the repair can go through the writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, NamedTuple, Sequence
+
+from ...encoding import decode_content
+from ..driver import driver_module
+from ..search.fts_schema import cjk_tokenizer_loaded, fts_layout, get_meta, index_empty_with_messages, trash_tables
+from ..search.recovery import is_fts_corruption_error
+from ..search.sanitize import (
+    boolean_groups,
+    contains_cjk,
+    count_cjk,
+    gap_terms,
+    has_lone_cjk_run,
+    like_pattern,
+    plain_tokens,
+    quote_for_substring_index,
+    sanitize_fts5_query,
+    trigram_eligible,
+)
+from .core import fetch_dicts, resolve_prompt, snapshot
+from .registry import query
+
+__all__ = [
+    "RESULT_FIELDS",
+    "FtsRepairNeeded",
+    "is_fts_corruption_error",
+    "search_messages_rows",
+    "search_sessions_rows",
+    "session_ids_matching",
+    "fts_markers",
+    "fts_optimize_pending",
+    "fts_layout_name",
+    "fts_storage_unsettled",
+]
+
+log = logging.getLogger("hermes_state.search")
+
+RESULT_FIELDS = (
+    "id",
+    "session_id",
+    "role",
+    "snippet",
+    "timestamp",
+    "tool_name",
+    "source",
+    "model",
+    "session_started",
+    "context",
+)
+CONTEXT_CHARS = 200
+_SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
+_META_KEYS = (
+    "fts_stale",
+    "fts_cjk_stale",
+    "fts_rebuild_high_water",
+    "fts_rebuild_progress",
+    "fts_cjk_rebuild_high_water",
+    "fts_cjk_rebuild_progress",
+)
+
+
+class FtsRepairNeeded(Exception):
+    """A search met a corrupt FTS index; the facade rebuilds it in place and asks again."""
+
+
+def _is_db_error(exc: BaseException) -> bool:
+    import sqlite3
+
+    return isinstance(exc, (sqlite3.DatabaseError, driver_module().DatabaseError))
+
+
+def _is_operational(exc: BaseException) -> bool:
+    import sqlite3
+
+    return isinstance(exc, (sqlite3.OperationalError, driver_module().OperationalError))
+
+
+# ------------------------------------------------------------------ FTS state
+
+
+class _FtsState(NamedTuple):
+    base: bool  # messages_fts exists
+    trigram: bool
+    cjk: bool  # CJK index built, not stale, tokenizer loaded here
+    stale: bool
+    gap: tuple[int, int] | None  # (progress, high water) of a pending base backfill
+
+
+def _read_state(conn: Any) -> _FtsState:
+    tables = {
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name IN ('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')"
+        )
+    }
+    marks = ", ".join("?" * len(_META_KEYS))
+    meta = dict(conn.execute(f"SELECT key, value FROM state_meta WHERE key IN ({marks})", _META_KEYS).fetchall())
+    gap = None
+    if meta.get("fts_rebuild_high_water") is not None:
+        try:
+            high = int(meta["fts_rebuild_high_water"])
+            done = int(meta.get("fts_rebuild_progress") or 0)
+        except (TypeError, ValueError):
+            high = done = 0
+        if high > 0:
+            gap = (done, high)
+    cjk = (
+        "messages_fts_cjk" in tables
+        and "fts_cjk_stale" not in meta
+        and "fts_cjk_rebuild_high_water" not in meta
+        and cjk_tokenizer_loaded(conn)
+    )
+    return _FtsState(
+        base="messages_fts" in tables,
+        trigram="messages_fts_trigram" in tables,
+        cjk=cjk,
+        stale="fts_stale" in meta,
+        gap=gap,
+    )
+
+
+# --------------------------------------------------------------------- search
+
+
+class _Search(NamedTuple):
+    query: str  # sanitized
+    sources: tuple[str, ...] | None
+    excluded: tuple[str, ...] | None
+    roles: tuple[str, ...] | None
+    limit: int
+    offset: int
+    sort: str | None  # "newest", "oldest" or None (rank)
+    include_inactive: bool
+    repairable: bool
+
+    @property
+    def wants_tool_rows(self) -> bool:
+        return bool(self.roles) and "tool" in self.roles
+
+    def filters(self) -> tuple[list[str], list[Any]]:
+        """WHERE clauses (on ``m`` and ``s``) shared by every route, with their parameters."""
+        where: list[str] = []
+        params: list[Any] = []
+        if not self.include_inactive:
+            where.append("(m.active = 1 OR m.compacted = 1)")
+        if self.sources is not None:
+            where.append(f"s.source IN ({', '.join('?' * len(self.sources))})")
+            params.extend(self.sources)
+        if self.excluded:
+            where.append(f"s.source NOT IN ({', '.join('?' * len(self.excluded))})")
+            params.extend(self.excluded)
+        if self.roles:
+            where.append(f"m.role IN ({', '.join('?' * len(self.roles))})")
+            params.extend(self.roles)
+        return where, params
+
+
+_HIT_COLUMNS = (
+    "m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name, "
+    "s.source, s.model, s.started_at AS session_started"
+)
+
+
+def _hit(row: Sequence[Any], snippet: Any) -> dict[str, Any]:
+    return {
+        "id": row[0],
+        "session_id": row[1],
+        "role": row[2],
+        "snippet": _text(snippet),
+        "timestamp": row[4],
+        "tool_name": row[5],
+        "source": row[6],
+        "model": row[7],
+        "session_started": row[8],
+        "content": row[3],
+    }
+
+
+def _text(value: Any) -> Any:
+    # Snippets are selected as BLOBs so stored bytes that are not UTF-8 can
+    # never make the driver raise; decode them leniently here.
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
+
+
+def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[str, Any]]:
+    """Run ``match`` against FTS table ``table`` with the request's filters, order and page."""
+    where, params = req.filters()
+    where.insert(0, f"{table} MATCH ?")
+    params.insert(0, match)
+    by_rank = req.sort not in ("newest", "oldest")
+    if by_rank:
+        order = "ORDER BY rank"
+    else:
+        order = f"ORDER BY m.timestamp {'DESC' if req.sort == 'newest' else 'ASC'}, rank"
+    # Ranked pages stream from FTS5 in rank order, so an in-query snippet is
+    # computed for the returned rows only; a time-ordered page goes through a
+    # sorter, so its snippets are fetched afterwards, per returned row.
+    snippet = f", CAST({_SNIPPET.format(t=table)} AS BLOB)" if by_rank else ""
+    sql = (
+        f"SELECT {_HIT_COLUMNS}{snippet} FROM {table} "
+        f"JOIN messages AS m ON m.id = {table}.rowid JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
+    )
+    rows = conn.execute(sql, [*params, req.limit, req.offset]).fetchall()
+    if by_rank:
+        return [_hit(row, row[9]) for row in rows]
+    one = f"SELECT CAST({_SNIPPET.format(t=table)} AS BLOB) FROM {table} WHERE {table} MATCH ? AND rowid = ?"
+    hits = []
+    for row in rows:
+        found = conn.execute(one, (match, row[0])).fetchone()
+        hits.append(_hit(row, found[0] if found else None))
+    return hits
+
+
+def _like_snippet(content: Any, term: str) -> Any:
+    # substr(content, max(1, instr(content, term) - 40), 120), computed for
+    # the returned rows only.
+    if content is None:
+        return None
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        content = bytes(content).decode("utf-8", "replace")
+    elif not isinstance(content, str):
+        content = str(content)
+    at = content.find(term) if term else -1
+    start = max(0, at - 40) if at >= 0 else 0
+    return content[start : start + 120]
+
+
+def _term_match_sql(negate: bool = False) -> str:
+    cols = ("m.content", "m.tool_name", "m.tool_calls")
+    expr = "(" + " OR ".join(f"COALESCE({c}, '') LIKE ? ESCAPE '\\'" for c in cols) + ")"
+    return f"NOT {expr}" if negate else expr
+
+
+def _like_hits(
+    conn: Any,
+    req: _Search,
+    match_sql: str,
+    match_params: list[Any],
+    snippet_term: str,
+    order: str,
+    limit: int,
+    offset: int,
+) -> list[dict[str, Any]]:
+    where, params = req.filters()
+    where.insert(0, match_sql)
+    sql = (
+        f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+    )
+    rows = conn.execute(sql, [*match_params, *params, limit, offset]).fetchall()
+    return [_hit(row, _like_snippet(row[3], snippet_term)) for row in rows]
+
+
+def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
+    """CJK substring fallback: any token occurs literally (spec §4.3 step 3)."""
+    tokens = plain_tokens(raw) or [raw]
+    clauses, params = [], []
+    for tok in tokens:
+        clauses.append(_term_match_sql())
+        params.extend([like_pattern(tok)] * 3)
+    return _like_hits(
+        conn, req, "(" + " OR ".join(clauses) + ")", params, tokens[0], "m.timestamp DESC", req.limit, req.offset
+    )
+
+
+def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
+    """Boolean LIKE scan served while the FTS index is detached (spec §4.6)."""
+    groups = boolean_groups(req.query)
+    if not groups:
+        return []
+    clauses, params = [], []
+    for group in groups:
+        parts = []
+        for term in group.positive:
+            parts.append(_term_match_sql())
+            params.extend([like_pattern(term)] * 3)
+        for term in group.negative:
+            parts.append(_term_match_sql(negate=True))
+            params.extend([like_pattern(term)] * 3)
+        clauses.append("(" + " AND ".join(parts) + ")")
+    direction = "ASC" if req.sort == "oldest" else "DESC"
+    return _like_hits(
+        conn,
+        req,
+        "(" + " OR ".join(clauses) + ")",
+        params,
+        groups[0].positive[0],
+        f"m.timestamp {direction}, m.id {direction}",
+        req.limit,
+        req.offset,
+    )
+
+
+def _gap_hits(conn: Any, req: _Search, gap: tuple[int, int], wanted: int) -> list[dict[str, Any]]:
+    """Rows of a pending backfill that hold every term (not yet in the index)."""
+    terms = gap_terms(req.query)
+    if not terms or wanted <= 0:
+        return []
+    clauses = ["m.id > ? AND m.id <= ?"]
+    params: list[Any] = [gap[0], gap[1]]
+    for term in terms:
+        clauses.append(_term_match_sql())
+        params.extend([like_pattern(term)] * 3)
+    return _like_hits(conn, req, " AND ".join(clauses), params, terms[0], "m.timestamp DESC", wanted, 0)
+
+
+def _substring_index(conn: Any, req: _Search, table: str, raw: str) -> list[dict[str, Any]] | None:
+    """Search the trigram or CJK index; None when it failed (the caller falls back)."""
+    try:
+        return _index_hits(conn, req, table, quote_for_substring_index(raw))
+    except Exception as exc:
+        if not _is_db_error(exc):
+            raise
+        if req.repairable and is_fts_corruption_error(exc):
+            raise FtsRepairNeeded(str(exc)) from None
+        log.debug("%s search failed (%s); falling back", table, exc)
+        return None
+
+
+def _base_index(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
+    """Search ``messages_fts``; None means an FTS5 syntax error (the result is then ``[]``)."""
+    try:
+        return _index_hits(conn, req, "messages_fts", req.query)
+    except Exception as exc:
+        if not _is_db_error(exc):
+            raise
+        if _is_operational(exc) and not is_fts_corruption_error(exc):
+            return None
+        if req.repairable:
+            raise FtsRepairNeeded(str(exc)) from None
+        raise
+
+
+def _route(conn: Any, req: _Search, state: _FtsState) -> tuple[str, list[dict[str, Any]]]:
+    """Pick and run the route for ``req``; returns (route name, hits)."""
+    if state.stale:
+        return "like_scan_fts_stale", _stale_like(conn, req)
+    if not state.base:
+        return "empty", []
+    used_like = False
+    if contains_cjk(req.query):
+        raw = req.query.strip('"').strip()
+        hits: list[dict[str, Any]] | None = None
+        route = "like_scan"
+        if state.cjk and not req.wants_tool_rows and not has_lone_cjk_run(raw):
+            hits, route = _substring_index(conn, req, "messages_fts_cjk", raw), "fts_cjk"
+        if hits is None:
+            cjk_tokens = [tok for tok in plain_tokens(raw) if contains_cjk(tok)]
+            if (
+                count_cjk(raw) >= 3
+                and all(count_cjk(tok) >= 3 for tok in cjk_tokens)
+                and state.trigram
+                and not req.wants_tool_rows
+            ):
+                hits, route = _substring_index(conn, req, "messages_fts_trigram", raw), "trigram"
+        if hits is None:
+            hits, route, used_like = _cjk_like(conn, req, raw), "like_scan", True
+    else:
+        base = _base_index(conn, req)
+        if base is None:
+            return "fts5", []
+        hits, route = base, "fts5"
+    if state.gap is not None and not used_like and len(hits) < req.limit:
+        seen = {hit["id"] for hit in hits}
+        hits.extend(hit for hit in _gap_hits(conn, req, state.gap, req.limit - len(hits)) if hit["id"] not in seen)
+    if not hits and route == "fts5" and not req.wants_tool_rows:
+        hits, route = _zero_hit_fallback(conn, req, state)
+    return route, hits
+
+
+def _zero_hit_fallback(conn: Any, req: _Search, state: _FtsState) -> tuple[list[dict[str, Any]], str]:
+    # Substring indexes find what word tokenization cannot ("cker" in "docker").
+    raw = req.query.strip('"').strip()
+    if state.cjk:
+        hits = _substring_index(conn, req, "messages_fts_cjk", raw)
+        if hits:
+            return hits, "fts_cjk"
+    if state.trigram and trigram_eligible(req.query):
+        hits = _substring_index(conn, req, "messages_fts_trigram", raw)
+        if hits:
+            return hits, "trigram"
+    return [], "fts5"
+
+
+# -------------------------------------------------------------------- context
+
+_PREVIOUS_SQL = (
+    "SELECT role, content FROM messages WHERE session_id = ? AND (timestamp, id) < (?, ?) "
+    "ORDER BY timestamp DESC, id DESC LIMIT 1"
+)
+_NEXT_SQL = (
+    "SELECT role, content FROM messages WHERE session_id = ? AND (timestamp, id) > (?, ?) "
+    "ORDER BY timestamp ASC, id ASC LIMIT 1"
+)
+
+
+def _context_text(content: Any) -> str:
+    value = decode_content(content)
+    if isinstance(value, list):
+        texts = [p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") == "text"]
+        text = " ".join(t for t in texts if isinstance(t, str) and t).strip()
+        return (text or "[multimodal content]")[:CONTEXT_CHARS]
+    if isinstance(value, str):
+        return value[:CONTEXT_CHARS]
+    return ""
+
+
+def _context(conn: Any, hit: dict[str, Any]) -> list[dict[str, Any]]:
+    """The message before the hit, the hit, the message after (any active state)."""
+    try:
+        key = (hit["session_id"], hit["timestamp"], hit["id"])
+        window = []
+        before = conn.execute(_PREVIOUS_SQL, key).fetchone()
+        if before is not None:
+            window.append({"role": before[0], "content": _context_text(before[1])})
+        window.append({"role": hit["role"], "content": _context_text(hit["content"])})
+        after = conn.execute(_NEXT_SQL, key).fetchone()
+        if after is not None:
+            window.append({"role": after[0], "content": _context_text(after[1])})
+        return window
+    except Exception as exc:  # the context is a courtesy; never fail the search for it
+        log.debug("search context for message %s failed: %s", hit.get("id"), exc)
+        return []
+
+
+@query
+def search_messages_rows(
+    conn: Any,
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    limit: int,
+    offset: int,
+    sort: str | None,
+    include_inactive: bool,
+    with_context: bool,
+    repairable: bool,
+    slow_ms: float,
+) -> list[dict[str, Any]]:
+    """Full-text search with the routing of spec §4; returns result dicts in canonical key order.
+
+    Raises :class:`FtsRepairNeeded` (only when ``repairable``) when an index
+    turned out to be corrupt.
+    """
+    started = time.perf_counter()
+    sanitized = sanitize_fts5_query(text)
+    if not sanitized or limit <= 0 or (sources is not None and not sources):
+        return []
+    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable)
+    with snapshot(conn):
+        route, hits = _route(conn, req, _read_state(conn))
+        for hit in hits:
+            content = hit.pop("content")
+            if with_context:
+                hit["context"] = _context(conn, {**hit, "content": content})
+    elapsed = (time.perf_counter() - started) * 1000.0
+    if elapsed >= slow_ms:
+        log.info("slow session search: path=%s elapsed=%.0fms rows=%d query=%r", route, elapsed, len(hits), text[:200])
+    return hits
+
+
+# ------------------------------------------------------------------- sessions
+
+
+def _last_active_sql(alias: str) -> str:
+    newest = f"(SELECT MAX(la.timestamp) FROM messages AS la WHERE la.session_id = {alias}.id)"
+    beat = f"{alias}.last_activity_at"
+    return f"COALESCE(MAX(COALESCE({beat}, {newest}), COALESCE({newest}, {beat})), {alias}.started_at)"
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+@query
+def search_sessions_rows(
+    conn: Any, source: str | None, limit: int, offset: int, workspace_key: str | None
+) -> list[dict[str, Any]]:
+    """Every session (children and archived included), freshest first, with ``last_active``."""
+    where, params = [], []
+    if source:
+        where.append("s.source = ?")
+        params.append(source)
+    if workspace_key:
+        key = workspace_key.rstrip("/\\") or workspace_key
+        escaped = _escape_like(key)
+        where.append(
+            "(s.git_repo_root = ? OR (COALESCE(s.git_repo_root, '') = '' AND "
+            "(s.cwd = ? OR s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')))"
+        )
+        params.extend([workspace_key, key, f"{escaped}/%", f"{escaped}\\\\%"])
+    sql = (
+        "SELECT s.*, COALESCE(p.prompt, s.system_prompt) AS _resolved_prompt, "
+        f"{_last_active_sql('s')} AS last_active "
+        "FROM sessions AS s LEFT JOIN system_prompts AS p ON p.hash = s.system_prompt_hash "
+        f"{'WHERE ' + ' AND '.join(where) if where else ''} "
+        "ORDER BY last_active DESC, s.started_at DESC, s.id DESC LIMIT ? OFFSET ?"
+    )
+    return [resolve_prompt(row) for row in fetch_dicts(conn, sql, [*params, limit, offset])]
+
+
+def _marker(alias: str, key: str) -> str:
+    column = f"{alias}.model_config"
+    return f"(CASE WHEN json_valid({column}) THEN json_extract({column}, '$.{key}') END)"
+
+
+@query
+def session_ids_matching(
+    conn: Any,
+    needle: str,
+    limit: int,
+    include_archived: bool,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+) -> list[dict[str, Any]]:
+    """Listable sessions whose id contains ``needle`` (case-insensitive), freshest first.
+
+    The fallback of ``search_sessions_by_id`` for stores without
+    ``list_sessions_rich``: roots and branch/reset children, no subagent
+    runs. Row shape: ``get_session`` columns plus ``last_active``.
+    """
+    where = [
+        "instr(lower(s.id), ?) > 0",
+        f"(s.parent_session_id IS NULL OR {_marker('s', '_branched_from')} IS NOT NULL "
+        f"OR {_marker('s', '_reset_from')} IS NOT NULL)",
+        f"{_marker('s', '_delegate_from')} IS NULL",
+    ]
+    params: list[Any] = [needle]
+    if not include_archived:
+        where.append("s.archived = 0")
+    if sources is not None:
+        where.append(f"s.source IN ({', '.join('?' * len(sources))})")
+        params.extend(sources)
+    if excluded:
+        where.append(f"s.source NOT IN ({', '.join('?' * len(excluded))})")
+        params.extend(excluded)
+    sql = (
+        "SELECT s.*, COALESCE(p.prompt, s.system_prompt) AS _resolved_prompt, "
+        f"{_last_active_sql('s')} AS last_active "
+        "FROM sessions AS s LEFT JOIN system_prompts AS p ON p.hash = s.system_prompt_hash "
+        f"WHERE {' AND '.join(where)} ORDER BY last_active DESC, s.started_at DESC, s.id DESC LIMIT ?"
+    )
+    return [resolve_prompt(row) for row in fetch_dicts(conn, sql, [*params, limit])]
+
+
+# ---------------------------------------------------------------- FTS status
+
+
+@query
+def fts_markers(conn: Any, prefix: str) -> tuple[str | None, str | None]:
+    """(high water, progress) of the deferred rebuild with ``prefix`` (``fts_rebuild``/``fts_cjk_rebuild``)."""
+    rows = dict(
+        conn.execute(
+            "SELECT key, value FROM state_meta WHERE key IN (?, ?)", (f"{prefix}_high_water", f"{prefix}_progress")
+        ).fetchall()
+    )
+    return rows.get(f"{prefix}_high_water"), rows.get(f"{prefix}_progress")
+
+
+@query
+def fts_optimize_pending(conn: Any) -> bool:
+    """True when a legacy layout, a pending backfill, a stale/pending CJK index (with the
+    tokenizer loaded), demoted tables or an empty index over messages leave migration work."""
+    with snapshot(conn):
+        if fts_layout(conn) == "legacy" or get_meta(conn, "fts_rebuild_high_water") is not None:
+            return True
+        if cjk_tokenizer_loaded(conn) and (
+            get_meta(conn, "fts_cjk_rebuild_high_water") is not None or get_meta(conn, "fts_cjk_stale") is not None
+        ):
+            return True
+        return bool(trash_tables(conn)) or index_empty_with_messages(conn)
+
+
+@query
+def fts_layout_name(conn: Any) -> str:
+    """``current``, ``legacy`` or ``none`` (no index), or ``unavailable`` when this SQLite lacks FTS5."""
+    if conn.execute("SELECT 1 FROM pragma_module_list WHERE name = 'fts5'").fetchone() is None:
+        return "unavailable"
+    return fts_layout(conn)
+
+
+@query
+def fts_storage_unsettled(conn: Any) -> str | None:
+    """Why the FTS storage cannot be declared current yet, or None when it can."""
+    with snapshot(conn):
+        if get_meta(conn, "fts_rebuild_high_water") is not None or index_empty_with_messages(conn):
+            return "backfill_incomplete"
+        if trash_tables(conn):
+            return "teardown_incomplete"
+        return None

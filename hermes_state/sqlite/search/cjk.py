@@ -1,0 +1,78 @@
+"""The optional ``cjk_unicode61`` tokenizer: where its library is and how it is loaded.
+
+The library (``native/fts5_cjk``) is found at ``$HERMES_FTS5_CJK_SO`` or
+``<HERMES_HOME>/lib/libfts5_cjk.so`` and loaded into both connections of a
+store unless config ``sessions.cjk_fts`` (or env ``HERMES_CJK_FTS``) says
+``0``/``false``/``off``/``no``. Without it, CJK queries use the trigram and
+LIKE routes; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ...config import hermes_home
+
+__all__ = ["CJK_TOKENIZER", "fts5_cjk_so_path", "cjk_fts_enabled", "load_fts5_cjk_extension", "load_cjk_if_enabled"]
+
+log = logging.getLogger("hermes_state.sqlite.search")
+
+CJK_TOKENIZER = "cjk_unicode61"
+_OFF = frozenset({"0", "false", "off", "no"})
+
+
+def fts5_cjk_so_path(home: Path | None = None) -> Path:
+    """Return where the tokenizer library is expected (it may not exist)."""
+    override = os.environ.get("HERMES_FTS5_CJK_SO", "").strip()
+    if override:
+        return Path(override).expanduser()
+    return (home or hermes_home()) / "lib" / "libfts5_cjk.so"
+
+
+def cjk_fts_enabled(config_value: Any = True) -> bool:
+    """Whether CJK indexing is wanted: env ``HERMES_CJK_FTS`` wins over config ``sessions.cjk_fts``."""
+    raw = os.environ.get("HERMES_CJK_FTS")
+    value: Any = raw if raw is not None and raw.strip() else config_value
+    if isinstance(value, str):
+        return value.strip().lower() not in _OFF
+    return bool(value)
+
+
+def load_fts5_cjk_extension(conn: Any, path: Path | None = None, *, home: Path | None = None) -> bool:
+    """Load the tokenizer into ``conn`` (a DB-API connection); returns True when it is usable.
+
+    A missing library, a driver without extension loading, or a library that
+    fails to initialise all return False (logged at debug level): CJK
+    indexing is optional.
+    """
+    target = path or fts5_cjk_so_path(home)
+    if not target.is_file():
+        return False
+    enable = getattr(conn, "enable_load_extension", None)
+    if enable is None:
+        log.debug("this SQLite driver cannot load extensions; CJK index disabled")
+        return False
+    try:
+        enable(True)
+        try:
+            conn.load_extension(str(target))
+        finally:
+            enable(False)
+        conn.execute("SELECT fts5_cjk_version()").fetchone()
+    except Exception as exc:
+        log.warning("could not load the CJK tokenizer from %s: %s", target, exc)
+        return False
+    return True
+
+
+def load_cjk_if_enabled(conn: Any, config: Any, home: Path | None = None) -> bool:
+    """Open-time hook for both connections: load the tokenizer unless config/env turn it off.
+
+    ``config`` is the store's ``StoreConfig``; returns whether it is loaded.
+    """
+    if not cjk_fts_enabled(getattr(config.sessions, "cjk_fts", True)):
+        return False
+    return load_fts5_cjk_extension(conn, home=home)

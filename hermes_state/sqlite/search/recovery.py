@@ -1,0 +1,124 @@
+"""Writes that meet a corrupt FTS index: rebuild once, else fail open (spec §1.5.4).
+
+The writer hands every batch through :func:`apply_with_fts_recovery`. When a
+command (or the batch's COMMIT) fails with an FTS corruption error, the
+indexes are first rebuilt in place, once per connection; if that is
+impossible or does not help, the FTS triggers are dropped and ``fts_stale``
+is recorded, so searches serve a LIKE scan until the next writable open
+repairs the indexes. Either way the failed writes are applied again: the
+transcript write is what matters, the index can be rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+from .fts_schema import ALL_TRIGGERS, detach_fts, get_meta, rebuild_in_place
+
+__all__ = ["is_fts_corruption_error", "recover_fts", "apply_with_fts_recovery"]
+
+log = logging.getLogger("hermes_state.sqlite.search")
+
+Outcome = tuple[bool, Any]
+# A writer connection retries a corrupt-index write at most this many times
+# per batch (one in-place rebuild, then one detach).
+MAX_RECOVERIES = 2
+
+
+def is_fts_corruption_error(exc: BaseException) -> bool:
+    """True for errors that mean a damaged FTS index (or schema) rather than bad input."""
+    text = str(exc).lower()
+    return (
+        "malformed database schema" in text
+        or "database disk image is malformed" in text
+        or ("fts5" in text and "corrupt" in text)
+    )
+
+
+def _rebuild_tried(conn: Any) -> bool:
+    # Per-connection memory lives in a TEMP table: it exists exactly as long
+    # as the connection (one store instance) and needs no Python-side map.
+    try:
+        return conn.execute("SELECT 1 FROM temp.hermes_fts_recovery LIMIT 1").fetchone() is not None
+    except Exception:
+        return False
+
+
+def _mark_rebuild_tried(conn: Any) -> None:
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS hermes_fts_recovery(step TEXT PRIMARY KEY)")
+    conn.execute("INSERT OR IGNORE INTO temp.hermes_fts_recovery(step) VALUES ('rebuild')")
+
+
+def _in_own_transaction(conn: Any, action: Callable[[Any], Any]) -> bool:
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        action(conn)
+        conn.execute("COMMIT")
+        return True
+    except Exception as exc:
+        log.warning("FTS recovery step failed: %s", exc)
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except Exception:
+                log.debug("rollback after FTS recovery failure failed", exc_info=True)
+        return False
+
+
+def recover_fts(conn: Any) -> bool:
+    """React to an FTS corruption error on ``conn``; True when a retry of the write may succeed.
+
+    The first time on a connection: rebuild every index in place. After
+    that (or when the rebuild fails): detach FTS. When FTS is already
+    detached the error has another cause and False is returned.
+    """
+    if not _rebuild_tried(conn):
+        _mark_rebuild_tried(conn)
+        if _in_own_transaction(conn, rebuild_in_place):
+            log.warning("FTS index corruption met during a write; indexes rebuilt in place")
+            return True
+    triggers = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    if get_meta(conn, "fts_stale") is not None and not triggers.intersection(ALL_TRIGGERS):
+        return False
+    if _in_own_transaction(conn, detach_fts):
+        log.error("FTS index unusable; full-text search detached (LIKE fallback) until the next writable open")
+        return True
+    return False
+
+
+def apply_with_fts_recovery(
+    conn: Any,
+    commands: Sequence[Any],
+    apply: Callable[[Any, Sequence[Any]], list[Outcome]],
+) -> list[Outcome]:
+    """Run ``apply(conn, commands)``, recovering from FTS corruption and re-applying what it failed.
+
+    Outcomes keep batch order. Raises only what ``apply`` raises before any
+    command committed.
+    """
+    outcomes: list[Outcome | None] = [None] * len(commands)
+    pending = list(range(len(commands)))
+    recoveries = 0
+    while pending:
+        try:
+            results = apply(conn, [commands[i] for i in pending])
+        except Exception as exc:
+            if recoveries < MAX_RECOVERIES and is_fts_corruption_error(exc) and recover_fts(conn):
+                recoveries += 1
+                continue
+            if len(pending) == len(commands):
+                raise  # nothing committed: the batch fails as a whole, as before
+            for i in pending:
+                outcomes[i] = (False, exc)
+            break
+        retry = []
+        for i, outcome in zip(pending, results):
+            outcomes[i] = outcome
+            if not outcome[0] and is_fts_corruption_error(outcome[1]):
+                retry.append(i)
+        if not retry or recoveries >= MAX_RECOVERIES or not recover_fts(conn):
+            break
+        recoveries += 1
+        pending = retry
+    return [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]

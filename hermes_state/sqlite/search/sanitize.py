@@ -1,0 +1,263 @@
+"""Turning a user's search text into something FTS5 (or LIKE) can run safely.
+
+Pure functions, no SQL: the sanitizer of spec §4.2, the CJK tests that
+decide routing (§4.3), and the tokenisers the trigram, LIKE and
+stale-index paths use. Everything here is linear in the (already capped)
+query length; no regular expression can backtrack badly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+__all__ = [
+    "MAX_FTS5_QUERY_CHARS",
+    "OPERATORS",
+    "sanitize_fts5_query",
+    "scrub_query",
+    "is_cjk_codepoint",
+    "contains_cjk",
+    "count_cjk",
+    "has_lone_cjk_run",
+    "plain_tokens",
+    "quote_for_substring_index",
+    "trigram_eligible",
+    "like_pattern",
+    "gap_terms",
+    "BooleanGroup",
+    "boolean_groups",
+]
+
+MAX_FTS5_QUERY_CHARS = 2048
+
+# Bare operators the routing and LIKE paths recognise (case-insensitively, as
+# the reference store does).
+OPERATORS = frozenset({"AND", "OR", "NOT"})
+
+# Characters FTS5 would read as syntax: column filter, grouping, boost,
+# initial-token marker, phrase quote (only unmatched ones reach this table).
+_SYNTAX_TO_SPACE = str.maketrans({c: " " for c in '+{}():"^'})
+_STAR_RUN = re.compile(r"\*+")
+_LEADING_STAR = re.compile(r"(^|\s)\*")
+_LEADING_OPERATOR = re.compile(r"^(?:AND|OR|NOT)\b\s*", re.IGNORECASE)
+_TRAILING_OPERATOR = re.compile(r"\s+(?:AND|OR|NOT)\s*$", re.IGNORECASE)
+# A chain of word runs joined by single '.' or '-' characters. The pattern is
+# deterministic ('.' and '-' are not word characters), so matching is linear.
+_WORD_CHAIN = re.compile(r"(?<!\w)\w+(?:[.\-]\w+)*")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_query(text: str) -> str:
+    """Make ``text`` bindable: lone surrogates become U+FFFD, NUL becomes a space."""
+    if "\x00" in text:
+        text = text.replace("\x00", " ")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def _needs_phrase(chain: str) -> bool:
+    # FTS5's tokenizer would split "chat-send", "P2.2" or "snake_case" into
+    # several terms; quoting keeps them one phrase.
+    if "." in chain or "-" in chain:
+        return True
+    return "_" in chain[1:-1]
+
+
+def _quote_compound_terms(text: str) -> str:
+    return _WORD_CHAIN.sub(lambda m: f'"{m.group(0)}"' if _needs_phrase(m.group(0)) else m.group(0), text)
+
+
+def _free_placeholder(text: str) -> str:
+    # A private-use character absent from the text stands in for each
+    # protected phrase while the rest is rewritten. The query is at most
+    # 2,048 characters, so one of these 6,400 code points is always free.
+    for code in range(0xE000, 0xF900):
+        mark = chr(code)
+        if mark not in text:
+            return mark
+    raise AssertionError("unreachable: query longer than the private-use area")
+
+
+def sanitize_fts5_query(query: str) -> str:
+    """Rewrite ``query`` into an FTS5 expression that cannot raise a syntax error
+    for the common cases (spec §4.2); returns ``""`` when nothing searchable is left.
+
+    Balanced ``"phrases"`` are kept verbatim; unmatched quotes and the
+    characters ``+ { } ( ) : ^`` become spaces; ``*`` survives only as a
+    suffix; a leading or trailing ``AND``/``OR``/``NOT`` is dropped; terms
+    such as ``chat-send`` or ``P2.2`` are quoted into phrases.
+    """
+    text = scrub_query(query[:MAX_FTS5_QUERY_CHARS])
+    mark = _free_placeholder(text)
+    phrases: list[str] = []
+    pieces: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != '"':
+            pieces.append(ch)
+            i += 1
+            continue
+        end = text.find('"', i + 1)
+        if end < 0:
+            pieces.append(" ")
+            i += 1
+            continue
+        phrases.append(text[i : end + 1])
+        pieces.append(mark)
+        i = end + 1
+    work = "".join(pieces).translate(_SYNTAX_TO_SPACE)
+    work = _STAR_RUN.sub("*", work)
+    work = _LEADING_STAR.sub(r"\1", work)
+    work = _LEADING_OPERATOR.sub("", work.strip())
+    work = _TRAILING_OPERATOR.sub("", work.strip())
+    work = _quote_compound_terms(work)
+    if phrases:
+        restored = iter(phrases)
+        work = "".join(next(restored) if ch == mark else ch for ch in work)
+    return work.strip()
+
+
+# --------------------------------------------------------------------- CJK
+
+
+def is_cjk_codepoint(cp: int) -> bool:
+    """True for the code points spec §4.3 counts as CJK (ideographs, kana, Hangul, CJK symbols)."""
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x3000 <= cp <= 0x303F
+        or 0x3040 <= cp <= 0x309F
+        or 0x30A0 <= cp <= 0x30FF
+        or 0xAC00 <= cp <= 0xD7AF
+    )
+
+
+def _is_cjk_letter(cp: int) -> bool:
+    # The characters the cjk_unicode61 tokenizer turns into bigrams; the
+    # punctuation of the CJK symbols block (、。「」…) separates runs instead.
+    if 0x3000 <= cp <= 0x30FF:
+        return (
+            0x3005 <= cp <= 0x3007
+            or 0x3021 <= cp <= 0x3029
+            or 0x3031 <= cp <= 0x3035
+            or 0x3038 <= cp <= 0x303C
+            or 0x3041 <= cp <= 0x3096
+            or 0x309D <= cp <= 0x309F
+            or 0x30A1 <= cp <= 0x30FA
+            or 0x30FC <= cp <= 0x30FF
+        )
+    return is_cjk_codepoint(cp)
+
+
+def contains_cjk(text: str) -> bool:
+    """True when any character of ``text`` is CJK."""
+    return any(is_cjk_codepoint(ord(ch)) for ch in text)
+
+
+def count_cjk(text: str) -> int:
+    """Number of CJK characters in ``text``."""
+    return sum(1 for ch in text if is_cjk_codepoint(ord(ch)))
+
+
+def has_lone_cjk_run(text: str) -> bool:
+    """True when ``text`` has a CJK run of exactly one letter.
+
+    The bigram index stores such a character only where it stands alone, so
+    a query containing one cannot be answered from that index.
+    """
+    run = 0
+    for ch in text:
+        if _is_cjk_letter(ord(ch)):
+            run += 1
+            continue
+        if run == 1:
+            return True
+        run = 0
+    return run == 1
+
+
+# ------------------------------------------------------------ token helpers
+
+
+def plain_tokens(text: str) -> list[str]:
+    """Whitespace tokens of ``text`` that are not bare ``AND``/``OR``/``NOT``."""
+    return [tok for tok in text.split() if tok.upper() not in OPERATORS]
+
+
+def quote_for_substring_index(raw: str) -> str:
+    """The MATCH expression for the trigram/CJK indexes: every term a quoted phrase."""
+    parts = []
+    for tok in raw.split():
+        parts.append(tok if tok.upper() in OPERATORS else '"' + tok.replace('"', '""') + '"')
+    return " ".join(parts)
+
+
+def trigram_eligible(query: str) -> bool:
+    """True when the query has terms and every one is at least 3 characters (trigram-searchable)."""
+    tokens = plain_tokens(query.strip('"').strip())
+    return bool(tokens) and all(len(tok) >= 3 for tok in tokens)
+
+
+def like_pattern(term: str) -> str:
+    """``%term%`` with LIKE wildcards escaped (use with ``ESCAPE '\\'``)."""
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+_TERM = re.compile(r'"[^"]*"|\S+')
+
+
+def gap_terms(query: str) -> list[str]:
+    """Terms of a sanitized query for the not-yet-indexed LIKE supplement (all must match)."""
+    terms = []
+    for raw in _TERM.findall(query):
+        term = raw.strip('"').strip("*").strip()
+        if term and term.upper() not in OPERATORS and term.upper() != "NEAR":
+            terms.append(term)
+    return terms
+
+
+class BooleanGroup(NamedTuple):
+    """One OR-branch of the stale-index LIKE search: all of ``positive``, none of ``negative``."""
+
+    positive: tuple[str, ...]
+    negative: tuple[str, ...]
+
+
+def boolean_groups(query: str) -> list[BooleanGroup]:
+    """Parse a sanitized query for the LIKE fallback used while the FTS index is stale (spec §4.6).
+
+    ``OR`` starts a new group, ``AND``/``NEAR`` are implicit, ``NOT`` negates
+    the next term; quotes and ``*`` are stripped. Groups without a positive
+    term are dropped.
+    """
+    groups: list[BooleanGroup] = []
+    positive: list[str] = []
+    negative: list[str] = []
+    negate = False
+    for raw in _TERM.findall(query):
+        word = raw.upper()
+        if not raw.startswith('"'):
+            if word == "OR":
+                groups.append(BooleanGroup(tuple(positive), tuple(negative)))
+                positive, negative, negate = [], [], False
+                continue
+            if word in ("AND", "NEAR"):
+                continue
+            if word == "NOT":
+                negate = True
+                continue
+        term = raw.strip('"').replace("*", "").strip()
+        if not term:
+            negate = False
+            continue
+        (negative if negate else positive).append(term)
+        negate = False
+    groups.append(BooleanGroup(tuple(positive), tuple(negative)))
+    return [g for g in groups if g.positive]
