@@ -424,7 +424,7 @@ class AIAgent:
         """If another agent rotated this session by compression, continue in its live child."""
         db = self._session_db
         find_child = getattr(db, "find_live_compression_child", None)
-        if db is None or self._persist_disabled or not self._session_created or not callable(find_child):
+        if db is None or self._persist_disabled or not callable(find_child):
             return
         try:
             row = await db.get_session(self.session_id)
@@ -439,6 +439,7 @@ class AIAgent:
             return
         log.info("session %s was rotated by compression; continuing in %s", self.session_id, child["id"])
         self.session_id = child["id"]
+        self._session_created = True
         self._cached_system_prompt = child.get("system_prompt") or self._cached_system_prompt
         turn.messages[:] = history + turn.messages[-1:]
         turn.durable = {id(m) for m in history}
@@ -712,7 +713,8 @@ class AIAgent:
             if db is not None and await self._flush(turn) is False:
                 return False
             summary = await self._summarize(turn.messages[:cut])
-            compacted = [{"role": "user", "content": COMPACTION_PREFIX + summary, "display_kind": "hidden"}]
+            # The kept tail starts with a user message; an assistant-role summary keeps roles alternating.
+            compacted = [{"role": "assistant", "content": COMPACTION_PREFIX + summary, "display_kind": "hidden"}]
             compacted += turn.messages[cut:]
             await finish_owned(self._commit_compaction(turn, db, session_id, holder, compacted))
             return True

@@ -168,7 +168,7 @@ class ScriptedProvider:
         name: str = "scripted",
         base_url: str | None = None,
         usage: Usage | None = None,
-        summarizer: str | Callable[[ProviderRequest], str] | None = None,
+        summarizer: str | Callable[[ProviderRequest], str | Awaitable[str]] | None = None,
     ) -> None:
         self.name = name
         self.base_url = base_url
@@ -193,6 +193,8 @@ class ScriptedProvider:
         if request.purpose == "compression":
             summary = self._summarizer or default_summary
             text = summary(request) if callable(summary) else summary
+            if inspect.isawaitable(text):
+                text = await text
             return text_reply(text, self._usage)
         if not self._script:
             raise ProviderError("scripted provider has no reply left")
