@@ -463,3 +463,20 @@ async def test_rewind_errors_and_compacted_restore(store: SessionDB) -> None:
     await store.archive_and_compact("s", [{"role": "user", "content": "sum"}])
     assert await store.restore_rewound("s", 0) == 2  # compacted rows come back too
     assert len(await store.get_messages("s")) == 3
+
+
+def test_exception_classes_of_the_reference() -> None:
+    import hermes_state
+
+    assert issubclass(hermes_state.SessionCompressionInProgressError, hermes_state.CompressionSessionBusyError)
+    assert issubclass(hermes_state.CompressionSessionBusyError, RuntimeError)
+    assert issubclass(hermes_state.CompressionSessionClosedError, RuntimeError)
+    assert issubclass(hermes_state.SessionResumeTooLargeError, ValueError)
+    assert issubclass(hermes_state.SessionExportTooLargeError, ValueError)
+    assert issubclass(hermes_state.WalUnsupportedError, sqlite3.OperationalError)
+    busy = SessionCompressionInProgressError("x")
+    assert (busy.session_id, str(busy)) == ("x", "Session 'x' is being compressed by another writer")
+    assert hermes_state.classify_persistence_error(busy) == "locked"
+    assert hermes_state.classify_persistence_error(CompressionSessionBusyError("Compression lease lost")) == "locked"
+    closed = CompressionSessionClosedError("x")
+    assert closed.session_id == "x"

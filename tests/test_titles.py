@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,21 @@ async def test_next_title_in_lineage(store: SessionDB) -> None:
     assert await store.get_next_title_in_lineage("Topic") == "Topic #8"
     assert await store.get_next_title_in_lineage("Topic #2") == "Topic #8"
     assert await store.get_next_title_in_lineage("100% done #3") == "100% done"
+
+
+async def test_two_stores_racing_for_one_title(db_path: Path) -> None:
+    first, second = SessionDB(db_path), SessionDB(db_path)
+    try:
+        await sessions(first, *(f"s{i}" for i in range(8)))
+        await second.get_meta("open")
+        results = await asyncio.gather(
+            *((first if i % 2 else second).set_session_title(f"s{i}", "Contested") for i in range(8)),
+            return_exceptions=True,
+        )
+        winners = [i for i, r in enumerate(results) if r is True]
+        assert len(winners) == 1
+        assert all(isinstance(r, ValueError) and "already in use" in str(r) for r in results if r is not True)
+        assert (await first.get_session_by_title("Contested") or {}).get("id") == f"s{winners[0]}"
+    finally:
+        await first.close()
+        await second.close()
