@@ -470,10 +470,7 @@ async def _scroll(db: Any, session_id: str, around: Any, window: Any, current: s
                     "scroll rejected: the anchor is in the current session lineage (already in your context)"
                 )
 
-    try:
-        meta = await db.get_session(session_id)
-    except Exception:
-        meta = None
+    meta = await _existing_session(db, session_id)
     if not meta:
         return _error(f"session_id not found: {session_id}")
     try:
@@ -512,11 +509,16 @@ async def _scroll(db: Any, session_id: str, around: Any, window: Any, current: s
     return json.dumps(payload, ensure_ascii=False)
 
 
-async def _read(db: Any, session_id: str, profile: str | None) -> str:
+async def _existing_session(db: Any, session_id: str) -> dict[str, Any] | None:
     try:
-        meta = await db.get_session(session_id)
+        return await db.get_session(session_id)
     except Exception:
-        meta = None
+        log.debug("get_session failed for %s", session_id, exc_info=True)
+        return None
+
+
+async def _read(db: Any, session_id: str, profile: str | None) -> str:
+    meta = await _existing_session(db, session_id)
     if not meta:
         return _error(f"session_id not found: {session_id}")
     try:

@@ -16,7 +16,7 @@ import pytest
 
 from hermes_agent import AIAgent, ProviderRequest, ScriptedProvider, tool_call, tool_calls_reply
 
-from .test_agent_support import SpyDB, gated_tool, needs, quick, rows
+from .test_agent_support import SpyDB, gated_tool, needs, opened, quick, rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,11 +59,8 @@ class GatedDB(SpyDB):
 
 @pytest.fixture
 async def gdb(db_path: Path) -> AsyncIterator[GatedDB]:
-    db = GatedDB(db_path)
-    try:
+    async with opened(GatedDB(db_path)) as db:
         yield db
-    finally:
-        await db.close()
 
 
 def _blocking_provider(entered: asyncio.Event) -> ScriptedProvider:
@@ -305,24 +302,18 @@ def _run_worker(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_crash_mid_tool_leaves_the_durable_prefix(tmp_path: Path, db_path: Path) -> None:
     proc = _run_worker(tmp_path, "crash", str(db_path), "crash-1")
     assert proc.returncode == 17, proc.stderr
-    db = SpyDB(db_path)
-    try:
+    async with opened(SpyDB(db_path)) as db:
         stored = await db.get_messages("crash-1")
         assert [(m["role"], m["content"]) for m in stored] == [("user", "please crash"), ("assistant", None)]
         assert stored[1]["tool_calls"][0]["id"] == "boom"
         assert (await db.get_session("crash-1"))["ended_at"] is None
-    finally:
-        await db.close()
 
 
 @needs("get_resume_conversations", "compression/lineage")
 async def test_crash_then_resume_in_a_fresh_process(tmp_path: Path, db_path: Path) -> None:
     assert _run_worker(tmp_path, "crash", str(db_path), "crash-2").returncode == 17
-    db = SpyDB(db_path)
-    try:
+    async with opened(SpyDB(db_path)) as db:
         before = (await db.get_session("crash-2"))["system_prompt"]
-    finally:
-        await db.close()
 
     proc = _run_worker(tmp_path, "resume", str(db_path), "crash-2")
     assert proc.returncode == 0, proc.stderr
@@ -335,10 +326,7 @@ async def test_crash_then_resume_in_a_fresh_process(tmp_path: Path, db_path: Pat
     assert [m["role"] for m in request] == ["system", "user", "assistant", "tool", "user"]
     assert request[3]["tool_call_id"] == "boom" and request[-1]["content"] == "continue"
 
-    db = SpyDB(db_path)
-    try:
+    async with opened(SpyDB(db_path)) as db:
         assert await rows(db, "crash-2") == [
             ("user", "please crash"), ("assistant", None), ("user", "continue"), ("assistant", "resumed fine")]
         assert (await db.get_session("crash-2"))["end_reason"] == "agent_close"
-    finally:
-        await db.close()

@@ -23,16 +23,13 @@ from hermes_agent import (
 from hermes_agent.transcript import RESULT_UNAVAILABLE, wire_messages
 from hermes_state import SessionDB
 
-from .test_agent_support import SpyDB, recording_tool, rows
+from .test_agent_support import SpyDB, opened, recording_tool, rows
 
 
 @pytest.fixture
 async def spy(db_path: Path) -> AsyncIterator[SpyDB]:
-    db = SpyDB(db_path)
-    try:
+    async with opened(SpyDB(db_path)) as db:
         yield db
-    finally:
-        await db.close()
 
 
 @pytest.fixture(autouse=True)

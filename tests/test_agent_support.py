@@ -6,13 +6,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 import pytest
 
 from hermes_agent import Tool, ToolContext, tool
 from hermes_state import SessionDB
+
+
+_DB = TypeVar("_DB", bound=SessionDB)
+
+
+@contextlib.asynccontextmanager
+async def opened(db: _DB) -> AsyncIterator[_DB]:
+    """Yield ``db`` and close it afterwards (for fixtures over SessionDB subclasses)."""
+    try:
+        yield db
+    finally:
+        await db.close()
 
 
 def needs(method: str, theme: str) -> pytest.MarkDecorator:
