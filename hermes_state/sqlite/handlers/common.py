@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 from ...errors import CompressionSessionClosedError, SessionCompressionInProgressError, SessionNotFoundError
@@ -22,6 +25,36 @@ def store_prompt(conn: Any, prompt: str | None, digest: str | None) -> None:
         conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (digest, prompt))
 
 
+# A structured holder names its process: "pid=<N>:task=...:agent=...:nonce=...".
+_HOLDER_PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
+
+
+def holder_process_is_dead(holder: str) -> bool:
+    """True only when ``holder`` names a local process (not this one) that no longer runs.
+
+    An unreaped zombie counts as dead. Any doubt (no pid field, permission
+    errors, an unreadable /proc) answers False, so a live lease is never stolen.
+    """
+    match = _HOLDER_PID.search(holder or "")
+    if match is None:
+        return False
+    pid = int(match.group(1))
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError, OverflowError):
+        return False
+    try:
+        # Field 3 of /proc/<pid>/stat is the state; "Z" is a killed, unreaped process.
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 _GUARD_SQL = """
 SELECT
     (SELECT holder FROM compression_locks WHERE session_id = ?1 AND expires_at > ?2),
@@ -38,10 +71,17 @@ def check_append_allowed(conn: Any, session_id: str, holder: str | None, now: fl
     a session closed by compression raises CompressionSessionClosedError.
     """
     lease_holder, end_reason, exists = conn.execute(_GUARD_SQL, (session_id, now)).fetchone()
-    if lease and lease_holder is not None and lease_holder != holder:
-        raise SessionCompressionInProgressError(session_id)
+    # Closed first: waiting out a lease on a session that can never take the
+    # append again would only delay the error that tells the caller where to go.
     if end_reason == "compression":
         raise CompressionSessionClosedError(session_id)
+    if (
+        lease
+        and lease_holder is not None
+        and lease_holder != holder
+        and not holder_process_is_dead(lease_holder)  # a killed holder's lease no longer blocks
+    ):
+        raise SessionCompressionInProgressError(session_id)
     return bool(exists)
 
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import time
-from pathlib import Path
 from typing import Any
 
 from ...commands.compression import (
@@ -26,39 +23,9 @@ from ...encoding import decode_message_row
 from ...errors import CompressionSessionBusyError
 from ..queries.compression import continuation_sql
 from ..queries.core import fetch_dicts
-from .common import require_session, store_prompt
+from .common import holder_process_is_dead, require_session, store_prompt
 from .messages import insert_rows
 from .registry import handles
-
-# A structured holder names its process: "pid=<N>:task=...:agent=...:nonce=...".
-_HOLDER_PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
-
-
-def holder_process_is_dead(holder: str) -> bool:
-    """True only when ``holder`` names a local process (not this one) that no longer runs.
-
-    An unreaped zombie counts as dead. Any doubt (no pid field, permission
-    errors, an unreadable /proc) answers False, so a live lease is never stolen.
-    """
-    match = _HOLDER_PID.search(holder or "")
-    if match is None:
-        return False
-    pid = int(match.group(1))
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError, OverflowError):
-        return False
-    try:
-        # Field 3 of /proc/<pid>/stat is the state; "Z" is a killed, unreaped process.
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
-
 
 @handles(AcquireCompressionLock)
 def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tuple[bool, str | None]:
