@@ -9,13 +9,19 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hermes_state import CompressionSessionBusyError, SessionDB
+from hermes_state import (
+    CompressionSessionBusyError,
+    CompressionSessionClosedError,
+    SessionCompressionInProgressError,
+    SessionDB,
+)
 from hermes_state.sqlite.driver import driver_module
 
 REPO = Path(__file__).resolve().parent.parent
@@ -389,3 +395,43 @@ async def test_lease_expired_but_unclaimed_is_revived_and_publishes(store: Sessi
         messages=[{"role": "user", "content": "summary"}], compression_lock_holder="slow",
     )
     assert await store.resolve_resume_session_id("s") == "s2"
+
+
+# ------------------------------------------------------------ the append guard
+
+
+async def test_append_is_not_blocked_by_a_dead_holders_lease(store: SessionDB, db_path: Path) -> None:
+    await seed(store, "s", 2)
+    proc = spawn(HOLDER, str(db_path))
+    try:
+        holder = await asyncio.to_thread(read_line, proc)
+        # While the holder lives, another writer's append waits out the guard and fails.
+        t0 = time.monotonic()
+        with pytest.raises(SessionCompressionInProgressError):
+            await store.append_message("s", "user", "blocked")
+        assert time.monotonic() - t0 >= 4.5
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(proc.wait, 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert await store.get_compression_lock_holder("s") == holder  # the row is still there
+    t0 = time.monotonic()
+    row_id = await store.append_message("s", "user", "after the holder died")
+    assert time.monotonic() - t0 < 2.0
+    assert (await store.get_messages("s"))[-1]["id"] == row_id
+
+
+async def test_closed_session_fails_fast_even_under_a_live_lease(store: SessionDB) -> None:
+    await seed(store, "p", 2)
+    assert await store.try_acquire_compression_lock("p", "compressor", ttl_seconds=60)
+    await store.publish_compression_child(
+        parent_session_id="p", child_session_id="c", source="cli",
+        messages=[{"role": "user", "content": "summary"}], compression_lock_holder="compressor",
+    )
+    assert await store.get_compression_lock_holder("p") == "compressor"
+    t0 = time.monotonic()
+    with pytest.raises(CompressionSessionClosedError):
+        await store.append_message("p", "user", "late writer")
+    assert time.monotonic() - t0 < 1.0
