@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from .test_agent_support import needs
+
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "agents_demo.py"
 
 
+@needs("search_messages", "search")
+@needs("get_anchored_view", "listing")
+@needs("list_sessions_rich", "listing")
 @pytest.mark.parametrize("provider", ["toy", "loopback"])
 def test_agents_demo_runs(provider: str, tmp_path: Path) -> None:
     if provider == "loopback":

@@ -109,7 +109,6 @@ async def test_scroll_returns_a_window_around_the_anchor(store: SessionDB) -> No
     assert "not found" in (await _call(db=store, session_id="nope", around_message_id=ids[0]))["error"]
 
 
-@needs("get_messages_around", "listing")
 async def test_scroll_refuses_the_live_current_lineage(store: SessionDB) -> None:
     ids = await _session(store, "current", _chat(4))
     out = await _call(db=store, session_id="current", around_message_id=ids[1], current_session_id="current")
@@ -117,6 +116,7 @@ async def test_scroll_refuses_the_live_current_lineage(store: SessionDB) -> None
 
 
 @needs("archive_and_compact", "compression/lineage")
+@needs("get_messages_around", "listing")
 async def test_scroll_allows_compacted_history_of_the_current_session(store: SessionDB) -> None:
     ids = await _session(store, "current", _chat(6))
     await store.archive_and_compact("current", [{"role": "assistant", "content": "summary"}])
@@ -126,6 +126,7 @@ async def test_scroll_allows_compacted_history_of_the_current_session(store: Ses
 
 
 @needs("publish_compression_child", "compression/lineage")
+@needs("get_messages_around", "listing")
 async def test_scroll_rebinds_an_anchor_that_lives_in_a_compression_child(store: SessionDB) -> None:
     await _session(store, "root", _chat(2))
     holder = "pid=1:task=t:agent=a:nonce=n"
@@ -175,6 +176,7 @@ async def test_browse_clamps_limit(store: SessionDB) -> None:
 
 
 @needs("search_messages", "search")
+@needs("get_anchored_view", "listing")
 async def test_discover_returns_one_result_per_lineage_with_window_and_bookends(store: SessionDB) -> None:
     lines = [("user", "kickoff about deployment"), ("assistant", "sure")] + _chat(8, "filler") + [
         ("user", "the kubernetes upgrade failed"), ("assistant", "roll back the kubernetes cluster")
@@ -204,6 +206,7 @@ async def test_discover_with_no_hits(store: SessionDB) -> None:
 
 
 @needs("search_messages", "search")
+@needs("get_anchored_view", "listing")
 async def test_discover_skips_live_current_lineage_hidden_sources_and_demotes_cron(store: SessionDB) -> None:
     await _session(store, "me", [("user", "walrus facts please")])
     await _session(store, "mine-child", [("user", "walrus again")], parent="me")
@@ -215,6 +218,7 @@ async def test_discover_skips_live_current_lineage_hidden_sources_and_demotes_cr
 
 
 @needs("search_messages", "search")
+@needs("get_anchored_view", "listing")
 async def test_discover_dedupes_a_compression_lineage_and_shows_the_root(store: SessionDB) -> None:
     await _session(store, "root", [("user", "penguin plans"), ("assistant", "ok")])
     holder = "pid=1:task=t:agent=a:nonce=n"
@@ -231,6 +235,7 @@ async def test_discover_dedupes_a_compression_lineage_and_shows_the_root(store: 
 
 
 @needs("search_messages", "search")
+@needs("get_anchored_view", "listing")
 async def test_discover_finds_compacted_history_of_the_current_session(store: SessionDB) -> None:
     await _session(store, "me", [("user", "the password hint is albatross"), ("assistant", "noted")])
     await store.archive_and_compact("me", [{"role": "assistant", "content": "summary without the hint"}])
@@ -242,6 +247,7 @@ async def test_discover_finds_compacted_history_of_the_current_session(store: Se
 
 
 @needs("search_messages", "search")
+@needs("get_anchored_view", "listing")
 async def test_discover_truncates_long_content_and_drops_compaction_bookends(store: SessionDB) -> None:
     lines = [("assistant", "[CONTEXT COMPACTION] Summary of the earlier conversation: zzz"),
              ("user", "opening " + "o" * 3000)] + _chat(12) + [("user", "needle " + "n" * 5000)] + _chat(12)
@@ -256,6 +262,7 @@ async def test_discover_truncates_long_content_and_drops_compaction_bookends(sto
 
 
 @needs("search_messages", "search")
+@needs("get_anchored_view", "listing")
 async def test_discover_role_filter_sort_and_limit_clamp(store: SessionDB) -> None:
     for i in range(12):
         await _session(store, f"t{i:02d}", [("user", f"otter {i}"), ("assistant", "the otter reply")])
