@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from hermes_agent import (  # noqa: E402
+from hermes_agent import (
     AIAgent,
     OpenAIChatProvider,
     ProviderReply,
@@ -34,8 +34,8 @@ from hermes_agent import (  # noqa: E402
     session_search,
     tool,
 )
-from hermes_agent.loopback import LoopbackChatServer  # noqa: E402
-from hermes_state import SessionDB  # noqa: E402
+from hermes_agent.loopback import LoopbackChatServer
+from hermes_state import SessionDB
 
 # ------------------------------------------------------------------ the toy model
 

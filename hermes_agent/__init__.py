@@ -9,7 +9,13 @@ write JSONL trajectories. ``hermes_state`` never imports this package.
 
 from __future__ import annotations
 
-from .agent import DEFAULT_SYSTEM_PROMPT, DEFAULT_TOOLS, AIAgent, load_resume_history, new_session_id
+from .agent import (
+    DEFAULT_SYSTEM_PROMPT,
+    DEFAULT_TOOLS,
+    AIAgent,
+    load_resume_history,
+    new_session_id,
+)
 from .providers import (
     OpenAIChatProvider,
     Provider,
@@ -26,25 +32,25 @@ from .session_search import SESSION_SEARCH_SCHEMA, SESSION_SEARCH_TOOL, session_
 from .tools import Tool, ToolContext, tool
 
 __all__ = [
-    "AIAgent",
-    "DEFAULT_TOOLS",
     "DEFAULT_SYSTEM_PROMPT",
-    "load_resume_history",
-    "new_session_id",
-    "Provider",
-    "ProviderRequest",
-    "ProviderReply",
-    "ProviderError",
-    "Usage",
-    "ScriptedProvider",
+    "DEFAULT_TOOLS",
+    "SESSION_SEARCH_SCHEMA",
+    "SESSION_SEARCH_TOOL",
+    "AIAgent",
     "OpenAIChatProvider",
-    "text_reply",
-    "tool_call",
-    "tool_calls_reply",
+    "Provider",
+    "ProviderError",
+    "ProviderReply",
+    "ProviderRequest",
+    "ScriptedProvider",
     "Tool",
     "ToolContext",
-    "tool",
+    "Usage",
+    "load_resume_history",
+    "new_session_id",
     "session_search",
-    "SESSION_SEARCH_TOOL",
-    "SESSION_SEARCH_SCHEMA",
+    "text_reply",
+    "tool",
+    "tool_call",
+    "tool_calls_reply",
 ]

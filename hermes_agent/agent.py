@@ -26,12 +26,17 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .providers import Provider, ProviderError, ProviderReply, ProviderRequest, Usage
-from .session_search import SESSION_SEARCH_GUIDANCE, SESSION_SEARCH_TOOL, active_profile_name
+from .session_search import (
+    SESSION_SEARCH_GUIDANCE,
+    SESSION_SEARCH_TOOL,
+    active_profile_name,
+)
 from .shielding import finish_owned
 from .tools import Tool, ToolContext, render_result
 from .trajectory import append_record, trajectory_record
@@ -47,7 +52,7 @@ from .transcript import (
     wire_messages,
 )
 
-__all__ = ["AIAgent", "DEFAULT_TOOLS", "DEFAULT_SYSTEM_PROMPT", "new_session_id", "load_resume_history"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "DEFAULT_TOOLS", "AIAgent", "load_resume_history", "new_session_id"]
 
 log = logging.getLogger("hermes_agent")
 
@@ -250,10 +255,10 @@ class AIAgent:
     def __repr__(self) -> str:
         return f"<AIAgent session={self.session_id!r} model={self.model!r}{' closed' if self._closed else ''}>"
 
-    async def __aenter__(self) -> "AIAgent":
+    async def __aenter__(self) -> AIAgent:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     # ---------------------------------------------------------------- public API

@@ -13,14 +13,15 @@ import inspect
 import json
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Union
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 __all__ = ["LoopbackChatServer", "Responder"]
 
 # The responder gets the request body and returns the assistant message fields
 # ("content", "tool_calls", "reasoning") plus optional "usage"
 # ({"prompt_tokens", "completion_tokens"}); it may be async and may sleep.
-Responder = Callable[[dict[str, Any]], Union[dict[str, Any], Awaitable[dict[str, Any]]]]
+Responder = Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]
 
 
 class LoopbackChatServer:
@@ -39,11 +40,11 @@ class LoopbackChatServer:
         self.requests: list[dict[str, Any]] = []
         self.base_url = ""
 
-    async def __aenter__(self) -> "LoopbackChatServer":
+    async def __aenter__(self) -> LoopbackChatServer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def start(self) -> str:

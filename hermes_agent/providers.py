@@ -12,17 +12,24 @@ import copy
 import inspect
 import json
 import uuid
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Literal, Protocol, Union, runtime_checkable
+from typing import (
+    Any,
+    Literal,
+    Protocol,
+    Union,
+    runtime_checkable,
+)
 
 __all__ = [
-    "Usage",
-    "ProviderRequest",
-    "ProviderReply",
+    "OpenAIChatProvider",
     "Provider",
     "ProviderError",
+    "ProviderReply",
+    "ProviderRequest",
     "ScriptedProvider",
-    "OpenAIChatProvider",
+    "Usage",
     "text_reply",
     "tool_call",
     "tool_calls_reply",

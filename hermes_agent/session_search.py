@@ -29,14 +29,14 @@ from hermes_state import SessionDB, hermes_home
 from .tools import Tool, ToolContext
 
 __all__ = [
-    "session_search",
-    "SESSION_SEARCH_SCHEMA",
-    "SESSION_SEARCH_GUIDANCE",
-    "SESSION_SEARCH_TOOL",
     "HIDDEN_SOURCES",
-    "check_session_search_requirements",
+    "SESSION_SEARCH_GUIDANCE",
+    "SESSION_SEARCH_SCHEMA",
+    "SESSION_SEARCH_TOOL",
     "active_profile_name",
+    "check_session_search_requirements",
     "profile_home",
+    "session_search",
 ]
 
 log = logging.getLogger("hermes_agent.session_search")

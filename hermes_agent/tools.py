@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agent import AIAgent
@@ -18,7 +19,7 @@ Handler = Callable[[dict[str, Any], "ToolContext"], Awaitable[Any]]
 class ToolContext:
     """What a handler may know about the call: the agent, its session and the call id."""
 
-    agent: "AIAgent"
+    agent: AIAgent
     session_id: str
     tool_call_id: str
 

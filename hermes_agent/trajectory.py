@@ -21,11 +21,11 @@ from typing import Any
 from .shielding import finish_owned
 
 __all__ = [
-    "SAMPLES_FILE",
     "FAILED_FILE",
+    "SAMPLES_FILE",
+    "append_record",
     "to_sharegpt",
     "trajectory_record",
-    "append_record",
 ]
 
 SAMPLES_FILE = "trajectory_samples.jsonl"

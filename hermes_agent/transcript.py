@@ -8,21 +8,22 @@ never reach a provider or the store.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
-    "PERSISTED",
     "EPHEMERAL",
     "INTERRUPTED_TEXT",
+    "PERSISTED",
     "RESULT_UNAVAILABLE",
-    "is_persisted",
     "append_kwargs",
-    "wire_messages",
-    "missing_tool_results",
     "cancelled_tool_message",
-    "tool_message",
     "close_incomplete_tail",
     "content_text",
+    "is_persisted",
+    "missing_tool_results",
+    "tool_message",
+    "wire_messages",
 ]
 
 # Set on a dict once its row is committed; later flushes skip it.

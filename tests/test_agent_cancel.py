@@ -9,12 +9,19 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 
-from hermes_agent import AIAgent, ProviderRequest, ScriptedProvider, tool_call, tool_calls_reply
+from hermes_agent import (
+    AIAgent,
+    ProviderRequest,
+    ScriptedProvider,
+    tool_call,
+    tool_calls_reply,
+)
 
 from .test_agent_support import SpyDB, gated_tool, needs, opened, quick, rows
 

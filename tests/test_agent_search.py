@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hermes_agent import (
-    AIAgent,
     SESSION_SEARCH_SCHEMA,
+    AIAgent,
     ScriptedProvider,
     session_search,
     text_reply,

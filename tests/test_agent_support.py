@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from typing import Any, AsyncIterator, Callable, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import pytest
 
 from hermes_agent import Tool, ToolContext, tool
 from hermes_state import SessionDB
-
 
 _DB = TypeVar("_DB", bound=SessionDB)
 
