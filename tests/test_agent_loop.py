@@ -484,3 +484,64 @@ async def test_sqlite_error_on_create_is_retried_at_the_next_write(spy: SpyDB) -
     result = await agent.run_conversation("hello")
     assert result["completed"]
     assert await rows(spy, agent.session_id) == [("user", "hello"), ("assistant", "ok")]
+
+
+# ------------------------------------------------------------------ tool dispatch
+
+
+async def test_bad_calls_become_error_results_in_call_order(spy: SpyDB) -> None:
+    from hermes_agent import Tool
+
+    async def explode(arguments: dict[str, Any], context: Any) -> str:
+        raise ValueError("no fuel")
+
+    async def chatty(arguments: dict[str, Any], context: Any) -> str:
+        return "x" * 50
+
+    bad_json = {"id": "j", "type": "function", "function": {"name": "chatty", "arguments": "{not json"}}
+    calls = [tool_call("missing", {}, call_id="m"), bad_json, tool_call("explode", {}, call_id="e"),
+             tool_call("chatty", {}, call_id="c")]
+    schema = {"type": "object", "properties": {}}
+    agent = AIAgent(ScriptedProvider([tool_calls_reply(*calls), "handled"]), session_db=spy,
+                    tools=[Tool("explode", "fails", schema, explode), Tool("chatty", "long", schema, chatty)],
+                    max_tool_result_chars=10)
+    await agent.run_conversation("try everything")
+    results = [(m["tool_call_id"], m["content"]) for m in await spy.get_messages(agent.session_id)
+               if m["role"] == "tool"]
+    assert [r[0] for r in results] == ["m", "j", "e", "c"]
+    assert results[0][1] == "Error: unknown tool 'missing'"
+    assert results[1][1].startswith("Error: invalid JSON arguments for chatty")
+    assert results[2][1] == "Error executing tool explode: ValueError: no fuel"
+    assert results[3][1] == "xxxxxxxxxx\n[truncated: 50 characters in total]"
+
+
+async def test_parallel_safe_calls_run_concurrently(spy: SpyDB) -> None:
+    from hermes_agent import Tool
+
+    arrived = 0
+    both = asyncio.Event()
+
+    async def meet(arguments: dict[str, Any], context: Any) -> str:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 2:
+            both.set()
+        await asyncio.wait_for(both.wait(), 5)
+        return f"met {arguments['n']}"
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    calls = [tool_call("meet", {"n": 1}, call_id="a"), tool_call("meet", {"n": 2}, call_id="b")]
+    agent = AIAgent(ScriptedProvider([tool_calls_reply(*calls), "ok"]), session_db=spy,
+                    tools=[Tool("meet", "rendezvous", schema, meet, parallel_safe=True)])
+    result = await agent.run_conversation("together")
+    assert result["completed"]
+    assert [c for r, c in await rows(spy, agent.session_id) if r == "tool"] == ["met 1", "met 2"]
+
+
+async def test_system_message_joins_the_prompt_and_the_row(spy: SpyDB) -> None:
+    provider = ScriptedProvider(["ok"])
+    agent = AIAgent(provider, session_db=spy, system_prompt="Base rules.", tools=[])
+    await agent.run_conversation("hi", system_message="Answer in French.")
+    assert agent.system_prompt == "Base rules.\n\nAnswer in French."
+    assert provider.requests[0].messages[0] == {"role": "system", "content": agent.system_prompt}
+    assert (await spy.get_session(agent.session_id))["system_prompt"] == agent.system_prompt
