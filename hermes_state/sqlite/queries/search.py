@@ -247,6 +247,19 @@ def _term_match_sql(negate: bool = False) -> str:
     return f"NOT {expr}" if negate else expr
 
 
+def _combine(parts: list[str], op: str) -> str:
+    # A balanced tree keeps SQLite's expression depth logarithmic: a flat
+    # chain of a thousand terms would exceed its maximum depth of 1000.
+    if len(parts) == 1:
+        return parts[0]
+    middle = len(parts) // 2
+    return f"({_combine(parts[:middle], op)} {op} {_combine(parts[middle:], op)})"
+
+
+def _distinct(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
 def _like_hits(
     conn: Any,
     req: _Search,
@@ -269,14 +282,10 @@ def _like_hits(
 
 def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     """CJK substring fallback: any token occurs literally (spec §4.3 step 3)."""
-    tokens = plain_tokens(raw) or [raw]
-    clauses, params = [], []
-    for tok in tokens:
-        clauses.append(_term_match_sql())
-        params.extend([like_pattern(tok)] * 3)
-    return _like_hits(
-        conn, req, "(" + " OR ".join(clauses) + ")", params, tokens[0], "m.timestamp DESC", req.limit, req.offset
-    )
+    tokens = _distinct(plain_tokens(raw) or [raw])
+    params = [like_pattern(tok) for tok in tokens for _ in range(3)]
+    match = _combine([_term_match_sql()] * len(tokens), "OR")
+    return _like_hits(conn, req, match, params, tokens[0], "m.timestamp DESC", req.limit, req.offset)
 
 
 def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
@@ -286,19 +295,15 @@ def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
         return []
     clauses, params = [], []
     for group in groups:
-        parts = []
-        for term in group.positive:
-            parts.append(_term_match_sql())
-            params.extend([like_pattern(term)] * 3)
-        for term in group.negative:
-            parts.append(_term_match_sql(negate=True))
-            params.extend([like_pattern(term)] * 3)
-        clauses.append("(" + " AND ".join(parts) + ")")
+        positive, negative = _distinct(group.positive), _distinct(group.negative)
+        parts = [_term_match_sql()] * len(positive) + [_term_match_sql(negate=True)] * len(negative)
+        params.extend(like_pattern(term) for term in positive + negative for _ in range(3))
+        clauses.append(_combine(parts, "AND"))
     direction = "ASC" if req.sort == "oldest" else "DESC"
     return _like_hits(
         conn,
         req,
-        "(" + " OR ".join(clauses) + ")",
+        _combine(clauses, "OR"),
         params,
         groups[0].positive[0],
         f"m.timestamp {direction}, m.id {direction}",
@@ -309,15 +314,12 @@ def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
 
 def _gap_hits(conn: Any, req: _Search, gap: tuple[int, int], wanted: int) -> list[dict[str, Any]]:
     """Rows of a pending backfill that hold every term (not yet in the index)."""
-    terms = gap_terms(req.query)
+    terms = _distinct(gap_terms(req.query))
     if not terms or wanted <= 0:
         return []
-    clauses = ["m.id > ? AND m.id <= ?"]
-    params: list[Any] = [gap[0], gap[1]]
-    for term in terms:
-        clauses.append(_term_match_sql())
-        params.extend([like_pattern(term)] * 3)
-    return _like_hits(conn, req, " AND ".join(clauses), params, terms[0], "m.timestamp DESC", wanted, 0)
+    params: list[Any] = [gap[0], gap[1], *(like_pattern(term) for term in terms for _ in range(3))]
+    match = "m.id > ? AND m.id <= ? AND " + _combine([_term_match_sql()] * len(terms), "AND")
+    return _like_hits(conn, req, match, params, terms[0], "m.timestamp DESC", wanted, 0)
 
 
 def _substring_index(conn: Any, req: _Search, table: str, raw: str) -> list[dict[str, Any]] | None:
@@ -502,10 +504,10 @@ def search_sessions_rows(
         key = workspace_key.rstrip("/\\") or workspace_key
         escaped = _escape_like(key)
         where.append(
-            "(s.git_repo_root = ? OR (COALESCE(s.git_repo_root, '') = '' AND "
+            "(s.git_repo_root IN (?, ?) OR (COALESCE(s.git_repo_root, '') = '' AND "
             "(s.cwd = ? OR s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')))"
         )
-        params.extend([workspace_key, key, f"{escaped}/%", f"{escaped}\\\\%"])
+        params.extend([workspace_key, key, key, f"{escaped}/%", f"{escaped}\\\\%"])
     sql = (
         "SELECT s.*, COALESCE(p.prompt, s.system_prompt) AS _resolved_prompt, "
         f"{_last_active_sql('s')} AS last_active "

@@ -393,41 +393,58 @@ def _narrow_update_triggers(conn: Any, legacy: bool, trigram: bool) -> None:
             _run(conn, legacy_triggers_sql() if legacy else fts_triggers_sql(trigram=trigram))
 
 
-def _recreate_index_tables(conn: Any, trigram: bool) -> None:
-    # Drop what can be dropped, surgically remove what cannot, create afresh.
-    for table in ("messages_fts_trigram", "messages_fts"):
-        try:
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
-        except Exception as exc:
-            log.warning("dropping %s failed (%s); removing its catalog rows", table, exc)
-            conn.execute("PRAGMA writable_schema=ON")
-            try:
-                conn.execute("DELETE FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
-            finally:
-                conn.execute("PRAGMA writable_schema=RESET")
-            for suffix in ("_data", "_idx", "_docsize", "_config", "_content"):
-                conn.execute(f"DROP TABLE IF EXISTS {table}{suffix}")
+_SHADOW_SUFFIXES = ("_data", "_idx", "_docsize", "_config", "_content")
+
+
+def _forget_table(conn: Any, table: str) -> None:
+    # Last resort for an index whose pages cannot even be freed: remove the
+    # catalog rows of the table and its shadow tables. Their pages become
+    # unreachable and the next VACUUM reclaims them.
+    names = (table, *(f"{table}{suffix}" for suffix in _SHADOW_SUFFIXES))
+    conn.execute("PRAGMA writable_schema=ON")
+    try:
+        conn.execute(
+            f"DELETE FROM sqlite_master WHERE type IN ('table', 'index') AND (name IN ({', '.join('?' * len(names))}) "
+            f"OR tbl_name IN ({', '.join('?' * len(names))}))",
+            names + names,
+        )
+    finally:
+        conn.execute("PRAGMA writable_schema=RESET")
+
+
+def _recreate_index_tables(conn: Any, trigram: bool, *, forget: bool) -> None:
+    """Drop (or with ``forget``, unlink) the base and trigram indexes and create them afresh."""
+    drop_triggers(conn, BASE_TRIGGERS)
     conn.execute("DROP VIEW IF EXISTS messages_fts_trigram_src")
+    for table in ("messages_fts_trigram", "messages_fts"):
+        if forget:
+            _forget_table(conn, table)
+        else:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
     _run(conn, base_tables_sql(trigram=trigram))
 
 
 def _recover_stale(conn: Any, trigram: bool) -> bool:
-    """Re-attach indexes detached after corruption; True when the marker could be cleared."""
-    for attempt in ("rebuild", "recreate"):
+    """Re-attach indexes detached after corruption; True when the marker could be cleared.
+
+    Tries, each in its own transaction: rebuilding in place; dropping and
+    recreating the indexes; unlinking their catalog rows (a damaged b-tree
+    cannot always be dropped) and recreating them.
+    """
+    for attempt in ("rebuild", "recreate", "forget"):
         conn.execute("BEGIN IMMEDIATE")
         try:
             drop_triggers(conn, BASE_TRIGGERS)
-            if attempt == "recreate":
-                _recreate_index_tables(conn, trigram)
-            layout = fts_layout(conn)
-            if layout == "legacy":
+            if attempt != "rebuild":
+                _recreate_index_tables(conn, trigram, forget=attempt == "forget")
+            if fts_layout(conn) == "legacy":
                 _run(conn, legacy_triggers_sql())
             else:
                 _run(conn, base_tables_sql(trigram=trigram) + fts_triggers_sql(trigram=trigram))
             rebuild_in_place(conn, [t for t in present_tables(conn) if t != "messages_fts_cjk"])
             delete_meta(conn, ("fts_stale",))
             conn.execute("COMMIT")
-            log.info("FTS indexes rebuilt after an earlier corruption (%s)", attempt)
+            log.warning("FTS indexes re-attached after an earlier corruption (%s)", attempt)
             return True
         except Exception as exc:
             log.warning("FTS recovery by %s failed: %s", attempt, exc)
