@@ -25,6 +25,7 @@ from .errors import (
 from .sqlite.driver import is_sqlite_wal_reset_vulnerable
 from .sqlite.safety import get_last_init_error, is_zeroed_state_db, quarantine_zeroed_state_db
 from .sqlite.schema import FTS_STORAGE_VERSION, SCHEMA_SQL, SCHEMA_VERSION
+from .sqlite.search.cjk import _cjk_fts_config_enabled, fts5_cjk_so_path, load_fts5_cjk_extension  # noqa: F401
 from .store import SessionDB
 
 __version__ = "0.1.0"
@@ -61,4 +62,6 @@ __all__ = [
     "MAX_SAFE_RESUME_MESSAGES",
     "MAX_SAFE_EXPORT_MESSAGES",
     "MAX_FTS5_QUERY_CHARS",
+    "fts5_cjk_so_path",
+    "load_fts5_cjk_extension",
 ]

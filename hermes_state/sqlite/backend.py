@@ -19,7 +19,7 @@ from .driver import driver_name, open_connection, run_on, sqlite_version_info
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
 from .safety import quarantine_zeroed_state_db, record_init_error
 from .schema import ensure_schema
-from .search.cjk import load_cjk_if_enabled
+from .search.cjk import load_fts5_cjk_extension
 from .writer import apply_batch
 
 __all__ = ["SQLiteBackend", "SQLiteReader"]
@@ -51,7 +51,7 @@ def _setup_writer(conn: Any, config: StoreConfig, label: str, home: Path | None 
     apply_database_pragmas(conn, config.database, busy_timeout_ms=WRITER_BUSY_TIMEOUT_MS)
     # Search: the optional CJK tokenizer must be loaded before the schema
     # step, which creates (or, when it is missing, detaches) the CJK index.
-    cjk_loaded = load_cjk_if_enabled(conn, config, home)
+    cjk_loaded = load_fts5_cjk_extension(conn, config=config, home=home)
     facts = ensure_schema(conn, cjk_loaded=cjk_loaded)
     facts["journal_mode"] = mode
     return facts
@@ -61,7 +61,7 @@ def _setup_reader(conn: Any, config: StoreConfig, cjk: bool = True, home: Path |
     apply_database_pragmas(conn, config.database, busy_timeout_ms=READER_BUSY_TIMEOUT_MS)
     # Search: queries on the CJK index need the tokenizer on this connection too.
     if cjk:
-        load_cjk_if_enabled(conn, config, home)
+        load_fts5_cjk_extension(conn, config=config, home=home)
     conn.execute("PRAGMA query_only=ON")
     facts: dict[str, Any] = {"journal_mode": read_journal_mode(conn)}
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...config import hermes_home
 
-__all__ = ["CJK_TOKENIZER", "fts5_cjk_so_path", "cjk_fts_enabled", "load_fts5_cjk_extension", "load_cjk_if_enabled"]
+__all__ = ["CJK_TOKENIZER", "fts5_cjk_so_path", "cjk_fts_enabled", "load_fts5_cjk_extension"]
 
 log = logging.getLogger("hermes_state.sqlite.search")
 
@@ -32,23 +32,38 @@ def fts5_cjk_so_path(home: Path | None = None) -> Path:
     return (home or hermes_home()) / "lib" / "libfts5_cjk.so"
 
 
-def cjk_fts_enabled(config_value: Any = True) -> bool:
-    """Whether CJK indexing is wanted: env ``HERMES_CJK_FTS`` wins over config ``sessions.cjk_fts``."""
+def cjk_fts_enabled(config: Any = None) -> bool:
+    """Whether CJK indexing is wanted: env ``HERMES_CJK_FTS`` wins over config ``sessions.cjk_fts`` (default on).
+
+    ``config`` is a ``StoreConfig``; None reads the active profile's ``config.yaml``.
+    """
     raw = os.environ.get("HERMES_CJK_FTS")
-    value: Any = raw if raw is not None and raw.strip() else config_value
+    if raw is not None and raw.strip():
+        return raw.strip().lower() not in _OFF
+    if config is None:
+        from ...config import load_config
+
+        try:
+            config = load_config()
+        except Exception as exc:  # a broken config.yaml is reported by the store's own open
+            log.debug("config unreadable while checking sessions.cjk_fts: %s", exc)
+            return True
+    value = getattr(getattr(config, "sessions", None), "cjk_fts", True)
     if isinstance(value, str):
         return value.strip().lower() not in _OFF
     return bool(value)
 
 
-def load_fts5_cjk_extension(conn: Any, path: Path | None = None, *, home: Path | None = None) -> bool:
+def load_fts5_cjk_extension(conn: Any, *, config: Any = None, home: Path | None = None) -> bool:
     """Load the tokenizer into ``conn`` (a DB-API connection); returns True when it is usable.
 
-    A missing library, a driver without extension loading, or a library that
-    fails to initialise all return False (logged at debug level): CJK
-    indexing is optional.
+    Never raises: the feature switched off, a missing library, a driver
+    without extension loading, or a library that fails to initialise all
+    return False (CJK indexing is optional).
     """
-    target = path or fts5_cjk_so_path(home)
+    if not cjk_fts_enabled(config):
+        return False
+    target = fts5_cjk_so_path(home)
     if not target.is_file():
         return False
     enable = getattr(conn, "enable_load_extension", None)
@@ -68,11 +83,5 @@ def load_fts5_cjk_extension(conn: Any, path: Path | None = None, *, home: Path |
     return True
 
 
-def load_cjk_if_enabled(conn: Any, config: Any, home: Path | None = None) -> bool:
-    """Open-time hook for both connections: load the tokenizer unless config/env turn it off.
-
-    ``config`` is the store's ``StoreConfig``; returns whether it is loaded.
-    """
-    if not cjk_fts_enabled(getattr(config.sessions, "cjk_fts", True)):
-        return False
-    return load_fts5_cjk_extension(conn, home=home)
+# The reference store's private name for the switch, imported by some callers.
+_cjk_fts_config_enabled = cjk_fts_enabled
