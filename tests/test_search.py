@@ -395,3 +395,46 @@ async def test_closed_store_rejects_search_calls(db_path: Path) -> None:
     ):
         with pytest.raises(RuntimeError, match="^SessionDB is closed$"):
             await call
+
+
+def _rank_order(path: Path, match: str, include_inactive: bool, limit: int, offset: int) -> list[int]:
+    """The reference query shape: FTS5 ``ORDER BY rank`` joined with the visibility filter."""
+    from contextlib import closing
+
+    from hermes_state.sqlite.driver import driver_module
+
+    visible = "" if include_inactive else " AND (m.active = 1 OR m.compacted = 1)"
+    with closing(driver_module().connect(str(path))) as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT m.id FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid "
+                f"WHERE messages_fts MATCH ?{visible} ORDER BY rank LIMIT ? OFFSET ?",
+                (match, limit, offset),
+            )
+        ]
+
+
+@pytest.mark.parametrize("hidden", [30, 200, 700])
+async def test_relevance_pages_match_fts5_rank_even_when_top_rows_are_hidden(store: SessionDB, hidden: int) -> None:
+    # Short documents rank best; put many of them behind a rewind so the
+    # best-ranked candidates are invisible and deeper candidates are needed.
+    await store.create_session("hidden", "cli")
+    await store.create_session("shown", "cli")
+    first = None
+    rows = [{"role": "user", "content": f"needle {i}"} for i in range(hidden)]
+    await store.append_messages_batch("hidden", rows)
+    first = (await store.get_messages("hidden"))[0]["id"]
+    await store.rewind_to_message("hidden", first)
+    shown = [{"role": "user", "content": "needle " + "hay " * (i % 7) + f"item {i}"} for i in range(90)]
+    shown += [{"role": "user", "content": "needle needle " + "hay " * (i % 5)} for i in range(10)]
+    await store.append_messages_batch("shown", shown)
+    for limit, offset in ((20, 0), (20, 40), (7, 93), (50, 80)):
+        got = [h["id"] for h in await store.search_messages("needle", limit=limit, offset=offset)]
+        assert got == _rank_order(store.db_path, "needle", False, limit, offset)
+    every = [h["id"] for h in await store.search_messages("needle", limit=20, include_inactive=True)]
+    assert every == _rank_order(store.db_path, "needle", True, 20, 0)
+    prefix = [h["id"] for h in await store.search_messages("need*", limit=30)]
+    assert prefix == _rank_order(store.db_path, "need*", False, 30, 0)
+    hits = await store.search_messages("need*", limit=30)
+    assert all(">>>needle<<<" in h["snippet"] for h in hits)

@@ -8,7 +8,6 @@ library detaches and later rebuilds the CJK index.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import subprocess
 from contextlib import closing
@@ -19,6 +18,7 @@ import pytest
 
 from hermes_state import SessionDB
 from hermes_state.sqlite.driver import driver_module
+from tests.test_search import log_routes, routes  # noqa: F401  (log_routes is a fixture)
 
 NATIVE = Path(__file__).resolve().parent.parent / "native" / "fts5_cjk"
 
@@ -46,21 +46,6 @@ def cjk_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def with_cjk(cjk_lib: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HERMES_FTS5_CJK_SO", str(cjk_lib))
     return cjk_lib
-
-
-@pytest.fixture
-def log_routes(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    monkeypatch.setenv("HERMES_SEARCH_SLOW_MS", "0")
-    caplog.set_level(logging.INFO, logger="hermes_state.search")
-    return caplog
-
-
-def routes(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage().split("path=", 1)[1].split()[0]
-        for r in caplog.records
-        if r.getMessage().startswith("slow session search: path=")
-    ]
 
 
 CJK_OBJECTS = {

@@ -261,3 +261,31 @@ def test_pathological_queries_complete(world: Fixture, query: str) -> None:
     hits = world.run(world.db.search_messages(query))
     opts = {"limit": 20, "source_filter": None, "exclude_sources": None, "role_filter": None, "include_inactive": False}
     _check_hits(world, query, hits, opts, world.routes[-1] if len(world.routes) > before else "none")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    query=st.one_of(
+        st.sampled_from(WORDS),
+        st.builds(lambda a, b: f'"{a} {b}"', st.sampled_from(WORDS), st.sampled_from(WORDS)),
+        st.sampled_from([w[:3] + "*" for w in WORDS]),
+        st.builds(lambda a, b: f"{a} OR {b}", st.sampled_from(WORDS), st.sampled_from(WORDS)),
+    ),
+    include_inactive=st.booleans(),
+    limit=st.integers(1, 40),
+    offset=st.integers(0, 60),
+)
+def test_relevance_order_is_fts5_rank_order(world: Fixture, query: str, include_inactive: bool, limit: int, offset: int) -> None:
+    hits = world.run(world.db.search_messages(query, limit=limit, offset=offset, include_inactive=include_inactive))
+    visible = "" if include_inactive else " AND (m.active = 1 OR m.compacted = 1)"
+    with closing(driver_module().connect(str(world.path))) as conn:
+        expected = [
+            r[0]
+            for r in conn.execute(
+                "SELECT m.id FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid "
+                f"WHERE messages_fts MATCH ?{visible} ORDER BY rank LIMIT ? OFFSET ?",
+                (query, limit, offset),
+            )
+        ]
+    if expected:
+        assert [h["id"] for h in hits] == expected

@@ -37,6 +37,15 @@ def integrity_ok(path: Path) -> None:
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
 
 
+async def filled_file(path: Path, n: int) -> list[int]:
+    """Create a store file holding ``n`` messages (every tenth says "zebra"), closed again."""
+    db = SessionDB(path)
+    try:
+        return await fill(db, n)
+    finally:
+        await db.close()
+
+
 async def fill(db: SessionDB, n: int, word: str = "zebra") -> list[int]:
     await db.create_session("s", "cli")
     rows = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"row {i} {word if i % 10 == 0 else 'plain'} text"} for i in range(n)]
@@ -92,9 +101,7 @@ async def test_optimize_and_rebuild_keep_results(store: SessionDB) -> None:
 
 
 async def test_pending_backfill_is_searched_by_like_and_finished_in_steps(db_path: Path) -> None:
-    db = SessionDB(db_path)
-    ids = await fill(db, 1200)
-    await db.close()
+    ids = await filled_file(db_path, 1200)
     with raw(db_path) as conn:
         for table in ("messages_fts", "messages_fts_trigram"):
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
@@ -133,9 +140,7 @@ async def test_pending_backfill_is_searched_by_like_and_finished_in_steps(db_pat
 
 
 async def test_empty_index_over_messages_is_rebuilt_by_optimize_storage(db_path: Path) -> None:
-    db = SessionDB(db_path)
-    await fill(db, 30)
-    await db.close()
+    await filled_file(db_path, 30)
     with raw(db_path) as conn:
         for table in ("messages_fts", "messages_fts_trigram"):
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
@@ -239,9 +244,7 @@ async def test_legacy_layout_keeps_working_and_migrates(db_path: Path) -> None:
 
 
 async def test_missing_triggers_are_recreated_and_the_index_rebuilt(db_path: Path) -> None:
-    db = SessionDB(db_path)
-    await fill(db, 20)
-    await db.close()
+    await filled_file(db_path, 20)
     with raw(db_path) as conn:
         conn.execute("DROP TRIGGER messages_fts_insert")
         conn.execute(
@@ -297,9 +300,7 @@ async def test_read_only_store_cannot_repair_and_says_so(db_path: Path) -> None:
 
 
 async def test_unrepairable_index_fails_open_and_heals_on_next_open(db_path: Path) -> None:
-    db = SessionDB(db_path)
-    await fill(db, 60)
-    await db.close()
+    await filled_file(db_path, 60)
     corrupt_page(db_path, "messages_fts_data")
 
     db = SessionDB(db_path)

@@ -33,7 +33,6 @@ from .core import fetch_dicts, resolve_prompt, snapshot
 from .registry import query
 
 __all__ = [
-    "RESULT_FIELDS",
     "FtsRepairNeeded",
     "is_fts_corruption_error",
     "search_messages_rows",
@@ -47,18 +46,6 @@ __all__ = [
 
 log = logging.getLogger("hermes_state.search")
 
-RESULT_FIELDS = (
-    "id",
-    "session_id",
-    "role",
-    "snippet",
-    "timestamp",
-    "tool_name",
-    "source",
-    "model",
-    "session_started",
-    "context",
-)
 CONTEXT_CHARS = 200
 _SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
 _META_KEYS = (
@@ -197,34 +184,103 @@ def _text(value: Any) -> Any:
     return value
 
 
+# First batch of best-ranked candidates fetched when only the visibility
+# filter applies; one retry with eight times as many, then a joined scan.
+_CANDIDATES = 64
+_CANDIDATE_GROWTH = 8
+
+
+def _snippets(conn: Any, table: str, match: str, ids: Sequence[int]) -> dict[int, Any]:
+    """Snippets of the rows ``ids`` for ``match``, in as few index probes as the query allows."""
+    if not ids:
+        return {}
+    snippet = f"CAST({_SNIPPET.format(t=table)} AS BLOB)"
+    if "*" in match:
+        # Each probe of a prefix query re-expands the prefix, so scan the id
+        # range once; "rowid + 0" keeps SQLite from probing value by value.
+        marks = ", ".join("?" * len(ids))
+        rows = conn.execute(
+            f"SELECT rowid, {snippet} FROM {table} WHERE {table} MATCH ? AND rowid BETWEEN ? AND ? "
+            f"AND (rowid + 0) IN ({marks})",
+            (match, min(ids), max(ids), *ids),
+        ).fetchall()
+        return dict(rows)
+    probe = f"SELECT {snippet} FROM {table} WHERE {table} MATCH ? AND rowid = ?"
+    found = {}
+    for rowid in ids:
+        row = conn.execute(probe, (match, rowid)).fetchone()
+        if row is not None:
+            found[rowid] = row[0]
+    return found
+
+
+def _default_rank(conn: Any, table: str) -> bool:
+    # 'rank' is bm25() with default weights unless someone configured another.
+    try:
+        return conn.execute(f"SELECT 1 FROM {table}_config WHERE k = 'rank'").fetchone() is None
+    except Exception:
+        return False
+
+
+def _ranked_candidates(conn: Any, req: _Search, table: str, match: str) -> list[Sequence[Any]] | None:
+    """The requested page by relevance, ranking ids first and joining only the winners.
+
+    ``ORDER BY bm25(t), rowid`` with a LIMIT lets SQLite keep just the best
+    rows while scoring (FTS5's own ``ORDER BY rank`` materialises and sorts
+    every match), and gives the same order as ``rank`` (ties by rowid, as
+    FTS5's sort yields them). Only the visibility filter may drop rows here;
+    if too many of the best rows are hidden, None asks for the joined scan.
+    """
+    need = req.limit + req.offset
+    where, params = req.filters()
+    count = max(_CANDIDATES, 2 * need)
+    for _ in range(2):
+        ids = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?",
+                (match, count),
+            )
+        ]
+        if not ids:
+            return []
+        marks = ", ".join("?" * len(ids))
+        clauses = " AND ".join([f"m.id IN ({marks})", *where])
+        rows = conn.execute(
+            f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {clauses}",
+            [*ids, *params],
+        ).fetchall()
+        by_id = {row[0]: row for row in rows}
+        ordered = [by_id[i] for i in ids if i in by_id]
+        if len(ordered) >= need or len(ids) < count:
+            return ordered[req.offset : need]
+        count *= _CANDIDATE_GROWTH
+    return None
+
+
 def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[str, Any]]:
     """Run ``match`` against FTS table ``table`` with the request's filters, order and page."""
-    where, params = req.filters()
-    where.insert(0, f"{table} MATCH ?")
-    params.insert(0, match)
     by_rank = req.sort not in ("newest", "oldest")
-    if by_rank:
-        order = "ORDER BY rank"
-    else:
-        order = f"ORDER BY m.timestamp {'DESC' if req.sort == 'newest' else 'ASC'}, rank"
-    # Ranked pages stream from FTS5 in rank order, so an in-query snippet is
-    # computed for the returned rows only; a time-ordered page goes through a
-    # sorter, so its snippets are fetched afterwards, per returned row.
-    snippet = f", CAST({_SNIPPET.format(t=table)} AS BLOB)" if by_rank else ""
-    sql = (
-        f"SELECT {_HIT_COLUMNS}{snippet} FROM {table} "
-        f"JOIN messages AS m ON m.id = {table}.rowid JOIN sessions AS s ON s.id = m.session_id "
-        f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
-    )
-    rows = conn.execute(sql, [*params, req.limit, req.offset]).fetchall()
-    if by_rank:
-        return [_hit(row, row[9]) for row in rows]
-    one = f"SELECT CAST({_SNIPPET.format(t=table)} AS BLOB) FROM {table} WHERE {table} MATCH ? AND rowid = ?"
-    hits = []
-    for row in rows:
-        found = conn.execute(one, (match, row[0])).fetchone()
-        hits.append(_hit(row, found[0] if found else None))
-    return hits
+    rows: list[Sequence[Any]] | None = None
+    if by_rank and not (req.sources is not None or req.excluded or req.roles) and _default_rank(conn, table):
+        rows = _ranked_candidates(conn, req, table, match)
+    if rows is None:
+        where, params = req.filters()
+        where.insert(0, f"{table} MATCH ?")
+        params.insert(0, match)
+        if by_rank:
+            # Selective filters: let FTS5 stream in rank order and join as it goes.
+            order = "ORDER BY rank"
+        else:
+            order = f"ORDER BY m.timestamp {'DESC' if req.sort == 'newest' else 'ASC'}, rank"
+        sql = (
+            f"SELECT {_HIT_COLUMNS} FROM {table} "
+            f"JOIN messages AS m ON m.id = {table}.rowid JOIN sessions AS s ON s.id = m.session_id "
+            f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
+        )
+        rows = conn.execute(sql, [*params, req.limit, req.offset]).fetchall()
+    snippets = _snippets(conn, table, match, [row[0] for row in rows])
+    return [_hit(row, snippets.get(row[0])) for row in rows]
 
 
 def _like_snippet(content: Any, term: str) -> Any:
