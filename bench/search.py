@@ -441,8 +441,8 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> bool:
           f"CJK tokenizer {'loaded' if report['cjk'] else 'absent'}")
     print(f"rounds per query: {args.rounds}; paced writers: one append per {args.interval * 1000:.0f} ms each")
     print()
-    head = (f"{'class':<12} {'hits':>5} {'floor p50':>9} | {'idle p50':>8} {'p95':>7} | {'paced p50':>9} {'p95':>7} "
-            f"{'x idle':>6} | {'flat p50':>8} {'p95':>7} {'x idle':>6}")
+    head = (f"{'class':<12} {'hits':>5} {'floor p50':>9} | {'idle p50':>8} {'p95':>7} {'x floor':>7} | {'paced p50':>9} "
+            f"{'p95':>7} {'x idle':>6} | {'flat p50':>8} {'p95':>7} {'x idle':>6}")
     print(head)
     print("-" * len(head))
     ok = True
@@ -452,13 +452,15 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> bool:
         flat = report["flat-out"]["lat"][cls]
         floor = report["floor"].get(cls)
         hits = statistics.fmean(report["idle"]["hits"][cls])
+        ratio = f"{pct(idle, 50) / pct(floor, 50):.2f}" if floor else "-"
         print(
             f"{cls:<12} {hits:>5.1f} {(f'{pct(floor, 50):.2f}' if floor else '-'):>9} | "
-            f"{pct(idle, 50):>8.2f} {pct(idle, 95):>7.2f} | {pct(paced, 50):>9.2f} {pct(paced, 95):>7.2f} "
+            f"{pct(idle, 50):>8.2f} {pct(idle, 95):>7.2f} {ratio:>7} | {pct(paced, 50):>9.2f} {pct(paced, 95):>7.2f} "
             f"{pct(paced, 95) / pct(idle, 95):>6.2f} | {pct(flat, 50):>8.2f} {pct(flat, 95):>7.2f} "
             f"{pct(flat, 95) / pct(idle, 95):>6.2f}"
         )
-    print("(milliseconds; 'x idle' = p95 under load / p95 idle; floor = bare MATCH ... ORDER BY rank LIMIT 20)")
+    print("(milliseconds; floor = the bare FTS5 statement MATCH ... ORDER BY rank LIMIT 20 on a plain connection;")
+    print(" 'x floor' = store idle p50 / floor p50; 'x idle' = p95 under load / p95 idle)")
     print()
     fts_classes = ("term", "phrase", "prefix")
     for phase in ("idle", "paced", "flat-out"):

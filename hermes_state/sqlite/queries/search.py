@@ -9,7 +9,9 @@ facade with :class:`FtsRepairNeeded` so the repair can go through the writer.
 
 from __future__ import annotations
 
+import json
 import logging
+import sqlite3
 import time
 from typing import Any, NamedTuple, Sequence
 
@@ -63,14 +65,10 @@ class FtsRepairNeeded(Exception):
 
 
 def _is_db_error(exc: BaseException) -> bool:
-    import sqlite3
-
     return isinstance(exc, (sqlite3.DatabaseError, driver_module().DatabaseError))
 
 
 def _is_operational(exc: BaseException) -> bool:
-    import sqlite3
-
     return isinstance(exc, (sqlite3.OperationalError, driver_module().OperationalError))
 
 
@@ -85,16 +83,17 @@ class _FtsState(NamedTuple):
     gap: tuple[int, int] | None  # (progress, high water) of a pending base backfill
 
 
+_STATE_SQL = (
+    "SELECT (SELECT group_concat(name, ',') FROM sqlite_master WHERE type = 'table' "
+    "AND name IN ('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')), "
+    "(SELECT json_group_object(key, value) FROM state_meta WHERE key IN ({marks}))"
+).format(marks=", ".join("?" * len(_META_KEYS)))
+
+
 def _read_state(conn: Any) -> _FtsState:
-    tables = {
-        r[0]
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' "
-            "AND name IN ('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')"
-        )
-    }
-    marks = ", ".join("?" * len(_META_KEYS))
-    meta = dict(conn.execute(f"SELECT key, value FROM state_meta WHERE key IN ({marks})", _META_KEYS).fetchall())
+    names, meta_json = conn.execute(_STATE_SQL, _META_KEYS).fetchone()
+    tables = set((names or "").split(","))
+    meta = json.loads(meta_json) if meta_json else {}
     gap = None
     if meta.get("fts_rebuild_high_water") is not None:
         try:
@@ -188,6 +187,7 @@ def _text(value: Any) -> Any:
 # filter applies; one retry with eight times as many, then a joined scan.
 _CANDIDATES = 64
 _CANDIDATE_GROWTH = 8
+_PROBES_PER_STATEMENT = 100
 
 
 def _snippets(conn: Any, table: str, match: str, ids: Sequence[int]) -> dict[int, Any]:
@@ -205,12 +205,16 @@ def _snippets(conn: Any, table: str, match: str, ids: Sequence[int]) -> dict[int
             (match, min(ids), max(ids), *ids),
         ).fetchall()
         return dict(rows)
-    probe = f"SELECT {snippet} FROM {table} WHERE {table} MATCH ? AND rowid = ?"
-    found = {}
-    for rowid in ids:
-        row = conn.execute(probe, (match, rowid)).fetchone()
-        if row is not None:
-            found[rowid] = row[0]
+    # One statement of id probes (integer ids inlined), in chunks that stay
+    # under SQLite's limit on compound SELECTs.
+    found: dict[int, Any] = {}
+    for start in range(0, len(ids), _PROBES_PER_STATEMENT):
+        chunk = ids[start : start + _PROBES_PER_STATEMENT]
+        sql = " UNION ALL ".join(
+            f"SELECT {int(rowid)}, {snippet} FROM {table} WHERE {table} MATCH ?1 AND rowid = {int(rowid)}"
+            for rowid in chunk
+        )
+        found.update(conn.execute(sql, (match,)).fetchall())
     return found
 
 
@@ -458,14 +462,20 @@ def _zero_hit_fallback(conn: Any, req: _Search, state: _FtsState) -> tuple[list[
 
 # -------------------------------------------------------------------- context
 
-_PREVIOUS_SQL = (
-    "SELECT role, content FROM messages WHERE session_id = ? AND (timestamp, id) < (?, ?) "
-    "ORDER BY timestamp DESC, id DESC LIMIT 1"
-)
-_NEXT_SQL = (
-    "SELECT role, content FROM messages WHERE session_id = ? AND (timestamp, id) > (?, ?) "
-    "ORDER BY timestamp ASC, id ASC LIMIT 1"
-)
+# For each hit (id, session, timestamp): the neighbouring rows of the same
+# session by (timestamp, id), whatever their active state. Both lookups walk
+# idx_messages_session (session_id, timestamp, rowid) backwards or forwards.
+_CONTEXT_SQL = """
+WITH hit(id, sid, ts) AS (VALUES {values})
+SELECT hit.id, before.id, before.role, before.content, after.id, after.role, after.content
+FROM hit
+LEFT JOIN messages AS before ON before.id = (
+    SELECT x.id FROM messages AS x WHERE x.session_id = hit.sid AND (x.timestamp, x.id) < (hit.ts, hit.id)
+    ORDER BY x.timestamp DESC, x.id DESC LIMIT 1)
+LEFT JOIN messages AS after ON after.id = (
+    SELECT x.id FROM messages AS x WHERE x.session_id = hit.sid AND (x.timestamp, x.id) > (hit.ts, hit.id)
+    ORDER BY x.timestamp ASC, x.id ASC LIMIT 1)
+"""
 
 
 def _context_text(content: Any) -> str:
@@ -479,22 +489,24 @@ def _context_text(content: Any) -> str:
     return ""
 
 
-def _context(conn: Any, hit: dict[str, Any]) -> list[dict[str, Any]]:
-    """The message before the hit, the hit, the message after (any active state)."""
-    try:
-        key = (hit["session_id"], hit["timestamp"], hit["id"])
-        window = []
-        before = conn.execute(_PREVIOUS_SQL, key).fetchone()
-        if before is not None:
-            window.append({"role": before[0], "content": _context_text(before[1])})
-        window.append({"role": hit["role"], "content": _context_text(hit["content"])})
-        after = conn.execute(_NEXT_SQL, key).fetchone()
-        if after is not None:
-            window.append({"role": after[0], "content": _context_text(after[1])})
-        return window
-    except Exception as exc:  # the context is a courtesy; never fail the search for it
-        log.debug("search context for message %s failed: %s", hit.get("id"), exc)
-        return []
+def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """For each hit id: the message before it, the hit, the message after (any active state)."""
+    windows: dict[int, list[dict[str, Any]]] = {}
+    for start in range(0, len(hits), _PROBES_PER_STATEMENT):
+        chunk = hits[start : start + _PROBES_PER_STATEMENT]
+        params = [v for hit in chunk for v in (hit["id"], hit["session_id"], hit["timestamp"])]
+        sql = _CONTEXT_SQL.format(values=", ".join(["(?, ?, ?)"] * len(chunk)))
+        rows = {row[0]: row for row in conn.execute(sql, params).fetchall()}
+        for hit in chunk:
+            row = rows.get(hit["id"])
+            window = []
+            if row is not None and row[1] is not None:
+                window.append({"role": row[2], "content": _context_text(row[3])})
+            window.append({"role": hit["role"], "content": _context_text(hit["content"])})
+            if row is not None and row[4] is not None:
+                window.append({"role": row[5], "content": _context_text(row[6])})
+            windows[hit["id"]] = window
+    return windows
 
 
 @query
@@ -524,10 +536,16 @@ def search_messages_rows(
     req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable)
     with snapshot(conn):
         route, hits = _route(conn, req, _read_state(conn))
+        windows: dict[int, list[dict[str, Any]]] = {}
+        if with_context and hits:
+            try:
+                windows = _contexts(conn, hits)
+            except Exception as exc:  # the context is a courtesy; never fail the search for it
+                log.debug("search context failed: %s", exc)
         for hit in hits:
-            content = hit.pop("content")
+            del hit["content"]
             if with_context:
-                hit["context"] = _context(conn, {**hit, "content": content})
+                hit["context"] = windows.get(hit["id"], [])
     elapsed = (time.perf_counter() - started) * 1000.0
     if elapsed >= slow_ms:
         log.info("slow session search: path=%s elapsed=%.0fms rows=%d query=%r", route, elapsed, len(hits), text[:200])
