@@ -47,3 +47,13 @@ class RecordAuxiliaryUsage(Command, frozen=True):
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
     estimated_cost_usd: float | None = None
+
+
+class ApplyTokenDeltas(Command, frozen=True):
+    """Apply queued (already coalesced) token deltas in order, one savepoint each.
+
+    A delta that fails is rolled back alone, logged and dropped. Resolves to
+    the number of deltas applied.
+    """
+
+    deltas: tuple[UpdateTokenCounts, ...]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from ...commands.usage import RecordAuxiliaryUsage, UpdateTokenCounts
+from ...commands.usage import ApplyTokenDeltas, RecordAuxiliaryUsage, UpdateTokenCounts
 from .registry import handles
+
+log = logging.getLogger("hermes_state.usage")
 
 _TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
@@ -141,3 +144,22 @@ def record_auxiliary_usage(conn: Any, cmd: RecordAuxiliaryUsage) -> None:
             cmd.now,
         ),
     )
+
+
+@handles(ApplyTokenDeltas)
+def apply_token_deltas(conn: Any, cmd: ApplyTokenDeltas) -> int:
+    """Apply queued deltas in order; one that fails is rolled back alone, logged and dropped."""
+    applied = 0
+    for delta in cmd.deltas:
+        conn.execute("SAVEPOINT hermes_token_delta")
+        try:
+            update_token_counts(conn, delta)
+        except Exception as exc:
+            if not conn.in_transaction:  # SQLite ended the whole transaction (disk full, I/O error)
+                raise
+            conn.execute("ROLLBACK TO hermes_token_delta")
+            log.warning("dropped a queued token delta for session %r: %s", delta.session_id, exc)
+        else:
+            applied += 1
+        conn.execute("RELEASE hermes_token_delta")
+    return applied
