@@ -191,29 +191,39 @@ def build_export_store(path: Path, total: int) -> dict[str, int]:
 # ------------------------------------------------------------------ contenders
 
 
-def _floor_rows(path: Path, limit: int | None) -> int:
+def _floor_rows(path: Path, limit: int | None) -> tuple[float, int]:
+    """The baseline: plain ``SELECT * FROM sessions`` page on the sync driver; returns (seconds, rows)."""
     from hermes_state.sqlite.driver import driver_module
 
     conn = driver_module().connect(str(path))
     try:
+        conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchall()  # open outside the measured region
+        t0 = time.perf_counter()
         sql = "SELECT * FROM sessions ORDER BY started_at DESC" + (f" LIMIT {limit}" if limit else "")
         cur = conn.execute(sql)
         names = [d[0] for d in cur.description]
-        return len([dict(zip(names, row)) for row in cur.fetchall()])
+        rows = [dict(zip(names, row)) for row in cur.fetchall()]
+        return time.perf_counter() - t0, len(rows)
     finally:
         conn.close()
 
 
-async def _store_op(path: Path, op: str, out: Path) -> tuple[int, int]:
-    """Run one store operation; returns (sessions, messages) it produced."""
+async def _store_op(path: Path, op: str, out: Path) -> tuple[float, int, int]:
+    """Run one store operation on an already opened store; returns (seconds, sessions, messages)."""
     from hermes_state import SessionDB
 
     db = SessionDB(path)
     try:
         await db.storage_info()  # open outside the measured region
-        return await _timed_op(db, op, out)
+        t0 = time.perf_counter()
+        sessions, messages = await _timed_op(db, op, out)
+        seconds = time.perf_counter() - t0
     finally:
         await db.close()
+    if op == "export_all_to":  # count what was written, outside the measured region
+        with open(out, "rb") as handle:
+            messages = sum(line.count(b'"role":') for line in handle)
+    return seconds, sessions, messages
 
 
 async def _timed_op(db: Any, op: str, out: Path) -> tuple[int, int]:
@@ -235,12 +245,7 @@ async def _timed_op(db: Any, op: str, out: Path) -> tuple[int, int]:
             m += len(session["messages"])
         return n, m
     if op == "export_all_to":
-        n = await db.export_all_to(out)
-        m = 0
-        with open(out, "rb") as handle:
-            for line in handle:
-                m += line.count(b'"role":')
-        return n, m
+        return await db.export_all_to(out), 0
     raise ValueError(op)
 
 
@@ -256,12 +261,14 @@ def child(args: argparse.Namespace) -> None:
     for _ in range(args.repeat):
         if traced:
             tracemalloc.start()
-        t0 = time.perf_counter()
         if args.op.startswith("floor_"):
-            counts = (_floor_rows(path, PAGE if args.op == "floor_page" else None), 0)
+            seconds, rows = _floor_rows(path, PAGE if args.op == "floor_page" else None)
+            counts = (rows, 0)
+            times.append(seconds)
         else:
-            counts = asyncio.run(_store_op(path, args.op, out))
-        times.append(time.perf_counter() - t0)
+            seconds, *found = asyncio.run(_store_op(path, args.op, out))
+            counts = (found[0], found[1])
+            times.append(seconds)
         if traced:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()

@@ -240,7 +240,8 @@ def compact_session_columns() -> tuple[str, ...]:
     return tuple(n for n in names if n not in ("system_prompt", "system_prompt_hash"))
 
 
-def _rich_select(compact: bool, *, with_heartbeat: bool = True, extra: str = "") -> str:
+def _rich_select(compact: bool, *, with_heartbeat: bool = True, rows: str = "sessions AS s") -> str:
+    """``SELECT`` of rich-row columns over ``rows`` (which must expose the session as ``s``)."""
     if compact:
         columns = ", ".join(f"s.{c}" for c in compact_session_columns())
         join = ""
@@ -249,8 +250,8 @@ def _rich_select(compact: bool, *, with_heartbeat: bool = True, extra: str = "")
         join = "LEFT JOIN system_prompts AS sp ON sp.hash = s.system_prompt_hash"
     return (
         f"SELECT {columns}, {_PREVIEW_SQL} AS _preview_raw, "
-        f"{last_active_sql('s') if with_heartbeat else newest_or_started_sql('s')} AS last_active{extra} "
-        f"FROM sessions AS s {join}"
+        f"{last_active_sql('s') if with_heartbeat else newest_or_started_sql('s')} AS last_active "
+        f"FROM {rows} {join}"
     )
 
 
@@ -258,7 +259,6 @@ def _finish_rich_row(row: dict[str, Any]) -> dict[str, Any]:
     if "_resolved_prompt" in row:
         row["system_prompt"] = row.pop("_resolved_prompt")
     row["preview"] = shape_preview(row.pop("_preview_raw"))
-    row.pop("_effective_last_active", None)
     return row
 
 
@@ -332,25 +332,27 @@ def _chain_query(opts: dict[str, Any], base: list[str], base_params: list[Any]) 
             f"WHERE cq.root_id = s.id AND ({' OR '.join(match)}))"
         )
     sql = f"""
-WITH RECURSIVE chain(root_id, cur_id, depth) AS (
-    SELECT s.id, s.id, 0 FROM sessions AS s {_where(base)}
+WITH RECURSIVE chain(root_id, cur_id, cur_end, active, depth) AS (
+    SELECT s.id, s.id, s.end_reason, {last_active_sql('s')}, 0 FROM sessions AS s {_where(base)}
     UNION ALL
-    SELECT chain.root_id, c.id, chain.depth + 1 FROM chain
-    JOIN sessions AS p ON p.id = chain.cur_id AND p.end_reason = 'compression'
-    JOIN sessions AS c ON c.parent_session_id = p.id
-    WHERE {continuation_sql('c')} AND chain.depth < 100
+    SELECT chain.root_id, c.id, c.end_reason, {last_active_sql('c')}, chain.depth + 1 FROM chain
+    JOIN sessions AS c ON c.parent_session_id = chain.cur_id
+    WHERE chain.cur_end = 'compression' AND {continuation_sql('c')} AND chain.depth < 100
 ),
 chain_max(root_id, freshest) AS (
-    SELECT chain.root_id, MAX({last_active_sql('cs')}) FROM chain
-    JOIN sessions AS cs ON cs.id = chain.cur_id GROUP BY chain.root_id
+    SELECT root_id, MAX(active) FROM chain GROUP BY root_id
+),
+page(id, freshest) AS (
+    SELECT s.id, COALESCE(cm.freshest, s.started_at) FROM chain_max AS cm
+    JOIN sessions AS s ON s.id = cm.root_id
+    {_where(filters)}
+    ORDER BY 2 DESC, s.started_at DESC, s.id DESC
+    LIMIT ? OFFSET ?
 )
-{_rich_select(bool(opts.get('compact_rows')), extra=', COALESCE(cm.freshest, s.started_at) AS _effective_last_active')}
-LEFT JOIN chain_max AS cm ON cm.root_id = s.id
-{_where([*base, *filters])}
-ORDER BY _effective_last_active DESC, s.started_at DESC, s.id DESC
-LIMIT ? OFFSET ?
+{_rich_select(bool(opts.get('compact_rows')), rows="page JOIN sessions AS s ON s.id = page.id")}
+ORDER BY page.freshest DESC, s.started_at DESC, s.id DESC
 """
-    return sql, [*base_params, *base_params, *filter_params, opts["limit"], opts["offset"]]
+    return sql, [*base_params, *filter_params, opts["limit"], opts["offset"]]
 
 
 @query
@@ -363,7 +365,12 @@ def list_sessions_rich(conn: Any, opts: dict[str, Any]) -> list[dict[str, Any]]:
         if opts.get("order_by_last_active"):
             sql, params = _chain_query(opts, base, base_params)
         else:
-            sql = f"{_rich_select(compact)} {_where(base)} ORDER BY s.started_at DESC, s.id DESC LIMIT ? OFFSET ?"
+            # Page the ids first, so previews and activity are computed for the page only.
+            page = (
+                f"(SELECT s.id FROM sessions AS s {_where(base)} ORDER BY s.started_at DESC, s.id DESC "
+                "LIMIT ? OFFSET ?) AS page JOIN sessions AS s ON s.id = page.id"
+            )
+            sql = f"{_rich_select(compact, rows=page)} ORDER BY s.started_at DESC, s.id DESC"
             params = [*base_params, opts["limit"], opts["offset"]]
         rows = rich_rows(conn, sql, params)
         if opts.get("include_pinned"):
