@@ -74,30 +74,31 @@ class CompressionSessionClosedError(RuntimeError):
         )
 
 
-class SessionResumeTooLargeError(ValueError):
+class _TranscriptTooLargeError(ValueError):
+    """Base of the size guards: names the session, its active-row count and the limit."""
+
+    purpose = "in-memory"
+
+    def __init__(self, session_id: str, message_count: int, limit: int) -> None:
+        self.session_id = session_id
+        self.message_count = message_count
+        self.limit = limit
+        super().__init__(
+            f"session '{session_id}' has at least {message_count} active messages; "
+            f"safe {self.purpose} limit is {limit}"
+        )
+
+
+class SessionResumeTooLargeError(_TranscriptTooLargeError):
     """A session has more active messages than is safe to load for resume."""
 
-    def __init__(self, session_id: str, message_count: int, limit: int) -> None:
-        self.session_id = session_id
-        self.message_count = message_count
-        self.limit = limit
-        super().__init__(
-            f"session '{session_id}' has at least {message_count} active messages; "
-            f"safe resume limit is {limit}"
-        )
+    purpose = "resume"
 
 
-class SessionExportTooLargeError(ValueError):
+class SessionExportTooLargeError(_TranscriptTooLargeError):
     """A session has more active messages than is safe to export in memory."""
 
-    def __init__(self, session_id: str, message_count: int, limit: int) -> None:
-        self.session_id = session_id
-        self.message_count = message_count
-        self.limit = limit
-        super().__init__(
-            f"session '{session_id}' has at least {message_count} active messages; "
-            f"safe in-memory export limit is {limit}"
-        )
+    purpose = "in-memory export"
 
 
 class WalUnsupportedError(sqlite3.OperationalError):
