@@ -56,22 +56,14 @@ SEED = 20240611
 LIST_SESSIONS = 10_000
 PAGE = 50
 EXPORT_SESSION_SIZE = 1_000
-WORDS = (
-    "agent model tool call result error retry session message user assistant system prompt token context "
-    "window summary search index query table commit write read file path branch test build deploy server "
-    "client request response stream chunk json config value parse render output input check fix update"
-).split()
+TEXT_POOL = 4096
 
 
-def _text(rng: random.Random, low: int, high: int) -> str:
-    target = rng.randint(low, high)
-    words: list[str] = []
-    size = -1
-    while size < target:
-        word = rng.choice(WORDS)
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)
+def _texts(seed: int) -> list[str]:
+    """A pool of 40-400 character texts (the generator of ``bench/append.py``, seeded)."""
+    from bench.append import make_texts
+
+    return make_texts(TEXT_POOL, seed)
 
 
 # --------------------------------------------------------------------- fixtures
@@ -108,6 +100,7 @@ def build_listing_store(path: Path) -> dict[str, int]:
     """10,000 sessions: roots, compression chains, delegates and branches; 2-6 messages each."""
     _create_schema(path)
     rng = random.Random(SEED)
+    texts = _texts(SEED)
     conn = _raw(path)
     now = time.time()
     sessions: list[tuple[Any, ...]] = []
@@ -142,7 +135,7 @@ def build_listing_store(path: Path) -> dict[str, int]:
             stamp = started
             for n in range(rng.randint(2, 6)):
                 stamp += rng.uniform(1, 600)
-                messages.append((owner, "user" if n % 2 == 0 else "assistant", _text(rng, 30, 300), None, None,
+                messages.append((owner, "user" if n % 2 == 0 else "assistant", rng.choice(texts), None, None,
                                  None, stamp))
     conn.execute("BEGIN")
     conn.executemany(
@@ -160,8 +153,7 @@ def build_listing_store(path: Path) -> dict[str, int]:
 def build_export_store(path: Path, total: int) -> dict[str, int]:
     """``total`` messages in sessions of 1,000 (user/assistant turns, some tool calls and results)."""
     _create_schema(path)
-    rng = random.Random(SEED + total)
-    texts = [_text(rng, 40, 400) for _ in range(2048)]
+    texts = _texts(SEED + 1)
     calls = json.dumps([{"id": "call_1", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}])
     conn = _raw(path)
     now = time.time() - 30 * 86400
@@ -220,10 +212,13 @@ async def _store_op(path: Path, op: str, out: Path) -> tuple[float, int, int]:
         seconds = time.perf_counter() - t0
     finally:
         await db.close()
-    if op == "export_all_to":  # count what was written, outside the measured region
-        with open(out, "rb") as handle:
-            messages = sum(line.count(b'"role":') for line in handle)
     return seconds, sessions, messages
+
+
+def _written_messages(out: Path) -> int:
+    """Messages in a JSON Lines export (counted after the measured region)."""
+    with open(out, "rb") as handle:
+        return sum(line.count(b'"role":') for line in handle)
 
 
 async def _timed_op(db: Any, op: str, out: Path) -> tuple[int, int]:
@@ -267,7 +262,7 @@ def child(args: argparse.Namespace) -> None:
             times.append(seconds)
         else:
             seconds, *found = asyncio.run(_store_op(path, args.op, out))
-            counts = (found[0], found[1])
+            counts = (found[0], _written_messages(out) if args.op == "export_all_to" else found[1])
             times.append(seconds)
         if traced:
             peak = tracemalloc.get_traced_memory()[1]

@@ -10,23 +10,12 @@ from typing import Any
 
 import pytest
 
-import hermes_state.methods.maintenance as maintenance
 from hermes_state import SessionDB, SessionExportTooLargeError
-from hermes_state.sqlite.driver import driver_module
+from hermes_state.methods import maintenance
+from tests.test_listing import raw_exec, set_columns
 
 CONTENT_KEYS = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "reasoning", "reasoning_details",
                 "platform_message_id", "timestamp", "display_metadata", "api_content")
-
-
-def set_columns(db: SessionDB, session_id: str, **values: Any) -> None:
-    conn = driver_module().connect(str(db.db_path), isolation_level=None)
-    try:
-        conn.execute(
-            f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
-            (*values.values(), session_id),
-        )
-    finally:
-        conn.close()
 
 
 def same_messages(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
@@ -291,12 +280,8 @@ async def test_imported_titles_are_sanitized_like_set_session_title(store: Sessi
 
 async def test_import_is_atomic_when_the_write_fails(store: SessionDB) -> None:
     await store.create_session("warmup", "cli")
-    conn = driver_module().connect(str(store.db_path), isolation_level=None)
-    conn.execute(
-        "CREATE TRIGGER refuse_poison BEFORE INSERT ON messages WHEN new.content = 'poison' "
-        "BEGIN SELECT RAISE(ABORT, 'poisoned row'); END"
-    )
-    conn.close()
+    raw_exec(store, "CREATE TRIGGER refuse_poison BEFORE INSERT ON messages WHEN new.content = 'poison' "
+                    "BEGIN SELECT RAISE(ABORT, 'poisoned row'); END")
     with pytest.raises(sqlite3.IntegrityError, match="poisoned row"):
         await store.import_sessions([
             {"id": "ok1", "messages": [{"role": "user", "content": "fine"}]},

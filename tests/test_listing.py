@@ -22,13 +22,19 @@ def raw(db: SessionDB) -> Any:
     return driver_module().connect(str(db.db_path), isolation_level=None)
 
 
-def set_columns(db: SessionDB, session_id: str, **values: Any) -> None:
+def raw_exec(db: SessionDB, sql: str, params: tuple[Any, ...] = ()) -> None:
+    """Run one statement on the store's file through a separate connection."""
     conn = raw(db)
     try:
-        assignments = ", ".join(f"{k} = ?" for k in values)
-        conn.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
+        conn.execute(sql, params)
     finally:
         conn.close()
+
+
+def set_columns(db: SessionDB, session_id: str, **values: Any) -> None:
+    """Set session columns the API does not write directly (started_at, title, flags...)."""
+    assignments = ", ".join(f"{k} = ?" for k in values)
+    raw_exec(db, f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
 
 
 async def make(db: SessionDB, session_id: str, started: float, source: str = "cli", **kwargs: Any) -> None:
@@ -300,9 +306,7 @@ async def test_messages_around_and_anchored_view(store: SessionDB) -> None:
     await store.create_session("other", "cli")
     foreign = await store.append_message("other", "user", "elsewhere")
     set_columns(store, "s", message_count=8)
-    conn = raw(store)
-    conn.execute("UPDATE messages SET active = 0 WHERE id = ?", (row_ids[2],))
-    conn.close()
+    raw_exec(store, "UPDATE messages SET active = 0 WHERE id = ?", (row_ids[2],))
 
     around = await store.get_messages_around("s", row_ids[3], window=2)
     assert [m["id"] for m in around["window"]] == row_ids[1:6]

@@ -11,19 +11,9 @@ import pytest
 
 from hermes_state import SessionDB
 from hermes_state.sqlite.driver import driver_module
+from tests.test_listing import set_columns
 
 DAY = 86_400.0
-
-
-def set_columns(db: SessionDB, session_id: str, **values: Any) -> None:
-    conn = driver_module().connect(str(db.db_path), isolation_level=None)
-    try:
-        conn.execute(
-            f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
-            (*values.values(), session_id),
-        )
-    finally:
-        conn.close()
 
 
 async def ended(db: SessionDB, session_id: str, *, age_days: float = 0, messages: int = 0, **kwargs: Any) -> None:

@@ -13,6 +13,7 @@ from hermes_state import SessionDB, StoreClosedError
 from hermes_state.commands.usage import UpdateTokenCounts
 from hermes_state.methods.usage import coalesce_token_deltas
 from hermes_state.sqlite.driver import driver_module
+from tests.test_listing import raw_exec
 
 
 def delta(session_id: str = "s", **fields: Any) -> UpdateTokenCounts:
@@ -131,12 +132,8 @@ async def test_close_flushes_the_queue(db_path: Path) -> None:
 async def test_a_failing_delta_is_dropped_alone(store: SessionDB, caplog: pytest.LogCaptureFixture) -> None:
     await store.create_session("good", "cli")
     await store.create_session("bad", "cli")
-    conn = driver_module().connect(str(store.db_path), isolation_level=None)
-    conn.execute(
-        "CREATE TRIGGER refuse_bad BEFORE UPDATE OF input_tokens ON sessions WHEN new.id = 'bad' "
-        "BEGIN SELECT RAISE(ABORT, 'refused by test trigger'); END"
-    )
-    conn.close()
+    raw_exec(store, "CREATE TRIGGER refuse_bad BEFORE UPDATE OF input_tokens ON sessions WHEN new.id = 'bad' "
+                    "BEGIN SELECT RAISE(ABORT, 'refused by test trigger'); END")
     await store.queue_token_counts("good", input_tokens=1)
     await store.queue_token_counts("bad", input_tokens=1)
     await store.queue_token_counts("good", input_tokens=2)

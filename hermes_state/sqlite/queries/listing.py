@@ -133,22 +133,21 @@ PREVIEW_MAX = 60
 RECENT_PREVIEW_MAX = 80
 
 
+def _between(text: str, start: int, marker: str, end_marker: str) -> str | None:
+    """Stripped text after ``marker`` (found at ``start``) up to ``end_marker``; None when empty or absent."""
+    if start < 0:
+        return None
+    tail = text[start + len(marker):]
+    end = tail.find(end_marker)
+    return (tail if end < 0 else tail[:end]).strip() or None
+
+
 def _skill_instruction(text: str) -> str | None:
     """The user's own words inside an expanded skill turn, if it carries any."""
     if _BUNDLE_MARKER in text:
-        start = text.find(_BUNDLE_USER_INSTRUCTION)
-        if start < 0:
-            return None
-        tail = text[start + len(_BUNDLE_USER_INSTRUCTION):]
-        end = tail.find(_BUNDLE_FIRST_SKILL)
-        return (tail if end < 0 else tail[:end]).strip() or None
+        return _between(text, text.find(_BUNDLE_USER_INSTRUCTION), _BUNDLE_USER_INSTRUCTION, _BUNDLE_FIRST_SKILL)
     if _SINGLE_SKILL_MARKER in text:
-        start = text.rfind(_SINGLE_SKILL_INSTRUCTION)
-        if start < 0:
-            return None
-        tail = text[start + len(_SINGLE_SKILL_INSTRUCTION):]
-        end = tail.find(_RUNTIME_NOTE)
-        return (tail if end < 0 else tail[:end]).strip() or None
+        return _between(text, text.rfind(_SINGLE_SKILL_INSTRUCTION), _SINGLE_SKILL_INSTRUCTION, _RUNTIME_NOTE)
     return None
 
 
