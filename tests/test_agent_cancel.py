@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,14 +162,32 @@ def _fifo(path: Path) -> Path:
     return path
 
 
-async def _read_fifo_after(task: asyncio.Task[Any], fifo: Path, cancels: int) -> list[dict[str, Any]]:
-    """Cancel ``task`` repeatedly while its finalizer is blocked writing the trajectory into ``fifo``."""
+async def _read_fifo_after(
+    task: asyncio.Task[Any], fifo: Path, cancels: int, ready: Callable[[], Awaitable[bool]] | None = None
+) -> list[dict[str, Any]]:
+    """Cancel ``task`` repeatedly while its finalizer is blocked writing the trajectory into ``fifo``.
+
+    ``ready`` (polled) says when the turn has reached its finalizer; the FIFO
+    read is bounded so a turn that never writes fails the test instead of
+    hanging the run.
+    """
+    if ready is not None:
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await ready():
+            assert asyncio.get_running_loop().time() < deadline, "the turn never reached its finalizer"
+            await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)  # the finalizer is now blocked opening the FIFO for writing
     for _ in range(cancels):
         task.cancel()
         await asyncio.sleep(0.01)
-    text = await asyncio.to_thread(fifo.read_text)
-    return [json.loads(line) for line in text.splitlines()]
+    reader = asyncio.ensure_future(asyncio.to_thread(fifo.read_text))
+    done, _ = await asyncio.wait({reader}, timeout=30)
+    if not done:
+        # Nobody opened the FIFO for writing: release the blocked reader thread, then fail.
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        await reader
+        pytest.fail("the finalizer never wrote the trajectory record")
+    return [json.loads(line) for line in reader.result().splitlines()]
 
 
 async def test_cancel_during_normal_finalizer_runs_it_once_then_propagates(gdb: GatedDB, tmp_path: Path) -> None:
@@ -177,7 +195,11 @@ async def test_cancel_during_normal_finalizer_runs_it_once_then_propagates(gdb: 
     agent = AIAgent(ScriptedProvider(["the answer"]), session_db=gdb, tools=[],
                     save_trajectories=True, trajectory_dir=fifo.parent)
     task = asyncio.ensure_future(agent.run_conversation("question"))
-    (record,) = await _read_fifo_after(task, fifo, cancels=3)
+
+    async def answered() -> bool:  # the final answer is persisted just before the finalizer
+        return agent.session_id is not None and ("assistant", "the answer") in await rows(gdb, agent.session_id)
+
+    (record,) = await _read_fifo_after(task, fifo, cancels=3, ready=answered)
     with pytest.raises(asyncio.CancelledError):
         await task
     assert record["completed"] is True  # one whole record, written under cancellation
