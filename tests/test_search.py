@@ -357,7 +357,7 @@ async def test_search_sessions_lists_by_activity_with_filters(store: SessionDB) 
     await store.create_session("child", "cli", parent_session_id="old", cwd="/work/app")
     await store.append_message("old", "user", "bump", timestamp=time.time() + 100)
     rows = await store.search_sessions()
-    assert [r["id"] for r in rows][0] == "old"
+    assert rows[0]["id"] == "old"
     assert {r["id"] for r in rows} == {"old", "mid", "new", "child"}
     session = await store.get_session("new")
     row = next(r for r in rows if r["id"] == "new")
@@ -438,3 +438,29 @@ async def test_relevance_pages_match_fts5_rank_even_when_top_rows_are_hidden(sto
     assert prefix == _rank_order(store.db_path, "need*", False, 30, 0)
     hits = await store.search_messages("need*", limit=30)
     assert all(">>>needle<<<" in h["snippet"] for h in hits)
+
+
+class _StoreWithoutListing(SessionDB):
+    """A store built without the listing method group (search must not depend on it)."""
+
+    list_sessions_rich = None  # type: ignore[assignment]
+
+
+async def test_search_sessions_by_id_without_a_listing_method(db_path: Path) -> None:
+    db = _StoreWithoutListing(db_path)
+    try:
+        await db.create_session("abc", "cli")
+        await db.create_session("x-abc", "telegram")
+        await db.create_session("abc-sub", "cli", parent_session_id="abc", model_config={"_delegate_from": "abc"})
+        await db.create_session("abc-branch", "cli", parent_session_id="abc", model_config={"_branched_from": "abc"})
+        await db.create_session("abc-old", "cli")
+        await db.append_message("x-abc", "user", "recent")
+        rows = await db.search_sessions_by_id("ABC")
+        # exact, then prefixes (freshest first), then substrings; no subagent runs
+        assert [r["id"] for r in rows] == ["abc", "abc-old", "abc-branch", "x-abc"]
+        assert list(rows[0])[-1] == "last_active"
+        assert [r["id"] for r in await db.search_sessions_by_id("abc", source="telegram")] == ["x-abc"]
+        assert [r["id"] for r in await db.search_sessions_by_id("abc", exclude_sources=["cli"])] == ["x-abc"]
+        assert [r["id"] for r in await db.search_sessions_by_id("abc", limit=2)] == ["abc", "abc-old"]
+    finally:
+        await db.close()

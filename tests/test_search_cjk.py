@@ -18,7 +18,10 @@ import pytest
 
 from hermes_state import SessionDB
 from hermes_state.sqlite.driver import driver_module
-from tests.test_search import log_routes, routes  # noqa: F401  (log_routes is a fixture)
+from tests import test_search
+
+routes = test_search.routes
+log_routes = test_search.log_routes  # the fixture, shared
 
 NATIVE = Path(__file__).resolve().parent.parent / "native" / "fts5_cjk"
 
@@ -36,6 +39,7 @@ def cjk_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [compiler, "-O2", "-Wall", "-fPIC", "-shared", str(NATIVE / "fts5_cjk.c"), "-o", str(out)],
         capture_output=True,
         text=True,
+        check=False,
     )
     if built.returncode != 0:
         pytest.skip(f"could not build the CJK tokenizer (sqlite3ext.h missing?): {built.stderr.strip()[:300]}")

@@ -14,9 +14,10 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -172,7 +173,7 @@ queries = st.one_of(
     st.sampled_from(FRAGMENTS),
     st.builds(lambda w, n: (w + " ") * n, st.sampled_from(WORDS + FRAGMENTS), st.integers(100, 20000)),
 )
-name_lists = lambda pool: st.one_of(st.none(), st.lists(st.sampled_from(pool), max_size=3))  # noqa: E731
+name_lists = lambda pool: st.one_of(st.none(), st.lists(st.sampled_from(pool), max_size=3))
 
 
 def _tokens(sanitized_raw: str) -> list[str]:

@@ -342,7 +342,7 @@ async def test_stale_marker_serves_boolean_like_search(store: SessionDB, db_path
     # Another process failed open: every instance notices before its next search.
     with raw(db_path) as conn:
         conn.execute("INSERT INTO state_meta VALUES ('fts_stale', '1')")
-    ids = lambda hits: [h["id"] for h in hits]  # noqa: E731
+    ids = lambda hits: [h["id"] for h in hits]
     assert ids(await store.search_messages("alpha")) == [d, b, a]
     assert ids(await store.search_messages("alpha", sort="oldest")) == [a, b, d]
     assert ids(await store.search_messages("alpha beta")) == [d, a]  # beta via tool_name

@@ -13,8 +13,8 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Collection, Iterable
-from typing import Any, Callable
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
 from ..commands.search import (
     CompactDatabase,
@@ -31,7 +31,7 @@ from ..commands.search import (
 )
 from ..facade import StoreBase, count_arg, opt_text
 
-__all__ = ["SearchMethods", "SEARCH_RESULT_FIELDS"]
+__all__ = ["SEARCH_RESULT_FIELDS", "SearchMethods"]
 
 log = logging.getLogger("hermes_state")
 
@@ -174,7 +174,7 @@ class SearchMethods(StoreBase):
             log.warning("search met a corrupt FTS index (%s); rebuilding it in place", exc)
             try:
                 await self._write(RepairFtsIndexes())
-            except Exception as repair_error:
+            except Exception as repair_error:  # noqa: BLE001 - the retry below reports what remains
                 log.error("in-place FTS rebuild failed: %s", repair_error)
             return await self._query("search_messages_rows", *args, False, slow_ms)
 

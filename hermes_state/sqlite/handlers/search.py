@@ -18,11 +18,12 @@ from ...commands.search import (
     ResetStaleCjkIndex,
     SettleFtsStorage,
 )
-from ..schema import SCHEMA_VERSION, FTS_STORAGE_VERSION, run_script
+from ..schema import FTS_STORAGE_VERSION, SCHEMA_VERSION, run_script
 from ..search.fts_schema import (
     BASE_KEYS,
     BASE_TRIGGERS,
     CJK_KEYS,
+    DB_ERRORS,
     TRASH_PREFIX,
     base_tables_sql,
     cjk_objects_sql,
@@ -217,12 +218,12 @@ def compact_database(conn: Any, cmd: CompactDatabase) -> bool:
     try:
         conn.execute("VACUUM")
         ok = True
-    except Exception as exc:
+    except DB_ERRORS as exc:
         log.warning("VACUUM after the FTS storage migration failed: %s", exc)
         ok = False
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    except Exception as exc:
+    except DB_ERRORS as exc:
         log.debug("checkpoint after VACUUM failed: %s", exc)
     return ok
 
@@ -239,7 +240,7 @@ def _per_table(conn: Any, action: str) -> int:
                 conn.execute(f"INSERT INTO {table}({table}) VALUES ('{action}')")
             conn.execute("COMMIT")
             done += 1
-        except Exception as exc:
+        except DB_ERRORS as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             log.warning("FTS %s failed for %s: %s", action, table, exc)

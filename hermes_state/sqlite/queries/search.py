@@ -13,11 +13,19 @@ import json
 import logging
 import sqlite3
 import time
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from ...encoding import decode_content
 from ..driver import driver_module
-from ..search.fts_schema import cjk_tokenizer_loaded, fts_layout, get_meta, index_empty_with_messages, trash_tables
+from ..search.fts_schema import (
+    DB_ERRORS,
+    cjk_tokenizer_loaded,
+    fts_layout,
+    get_meta,
+    index_empty_with_messages,
+    trash_tables,
+)
 from ..search.recovery import is_fts_corruption_error
 from ..search.sanitize import (
     boolean_groups,
@@ -36,14 +44,14 @@ from .registry import query
 
 __all__ = [
     "FtsRepairNeeded",
+    "fts_layout_name",
+    "fts_markers",
+    "fts_optimize_pending",
+    "fts_storage_unsettled",
     "is_fts_corruption_error",
     "search_messages_rows",
     "search_sessions_rows",
     "session_ids_matching",
-    "fts_markers",
-    "fts_optimize_pending",
-    "fts_layout_name",
-    "fts_storage_unsettled",
 ]
 
 log = logging.getLogger("hermes_state.search")
@@ -222,7 +230,7 @@ def _default_rank(conn: Any, table: str) -> bool:
     # 'rank' is bm25() with default weights unless someone configured another.
     try:
         return conn.execute(f"SELECT 1 FROM {table}_config WHERE k = 'rank'").fetchone() is None
-    except Exception:
+    except DB_ERRORS:
         return False
 
 
@@ -540,7 +548,7 @@ def search_messages_rows(
         if with_context and hits:
             try:
                 windows = _contexts(conn, hits)
-            except Exception as exc:  # the context is a courtesy; never fail the search for it
+            except DB_ERRORS as exc:  # the context is a courtesy; never fail the search for it
                 log.debug("search context failed: %s", exc)
         for hit in hits:
             del hit["content"]
@@ -614,8 +622,10 @@ def session_ids_matching(
     """
     where = [
         "instr(lower(s.id), ?) > 0",
-        f"(s.parent_session_id IS NULL OR {_marker('s', '_branched_from')} IS NOT NULL "
-        f"OR {_marker('s', '_reset_from')} IS NOT NULL)",
+        (
+            f"(s.parent_session_id IS NULL OR {_marker('s', '_branched_from')} IS NOT NULL "
+            f"OR {_marker('s', '_reset_from')} IS NOT NULL)"
+        ),
         f"{_marker('s', '_delegate_from')} IS NULL",
     ]
     params: list[Any] = [needle]

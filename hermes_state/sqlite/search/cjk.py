@@ -16,7 +16,7 @@ from typing import Any
 
 from ...config import hermes_home
 
-__all__ = ["CJK_TOKENIZER", "fts5_cjk_so_path", "cjk_fts_enabled", "load_fts5_cjk_extension"]
+__all__ = ["CJK_TOKENIZER", "cjk_fts_enabled", "fts5_cjk_so_path", "load_fts5_cjk_extension"]
 
 log = logging.getLogger("hermes_state.sqlite.search")
 
@@ -42,10 +42,11 @@ def cjk_fts_enabled(config: Any = None) -> bool:
         return raw.strip().lower() not in _OFF
     if config is None:
         from ...config import load_config
+        from ...errors import ConfigError
 
         try:
             config = load_config()
-        except Exception as exc:  # a broken config.yaml is reported by the store's own open
+        except ConfigError as exc:  # a broken config.yaml is reported by the store's own open
             log.debug("config unreadable while checking sessions.cjk_fts: %s", exc)
             return True
     value = getattr(getattr(config, "sessions", None), "cjk_fts", True)
@@ -77,7 +78,7 @@ def load_fts5_cjk_extension(conn: Any, *, config: Any = None, home: Path | None 
         finally:
             enable(False)
         conn.execute("SELECT fts5_cjk_version()").fetchone()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - optional feature: any failure means "not loaded"
         log.warning("could not load the CJK tokenizer from %s: %s", target, exc)
         return False
     return True

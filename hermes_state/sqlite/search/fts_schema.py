@@ -20,38 +20,45 @@ caller holds; ``ensure_fts`` manages its own.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from ..driver import driver_module
 
 __all__ = [
-    "FTS_TABLES",
+    "ALL_TRIGGERS",
     "BASE_TRIGGERS",
     "CJK_TRIGGERS",
-    "ALL_TRIGGERS",
-    "TRASH_PREFIX",
+    "FTS_TABLES",
     "REBUILD_CHUNK_ROWS",
+    "TRASH_PREFIX",
     "base_tables_sql",
-    "fts_triggers_sql",
     "cjk_objects_sql",
+    "cjk_tokenizer_loaded",
+    "delete_meta",
+    "detach_fts",
+    "drop_triggers",
+    "ensure_fts",
+    "fts_layout",
+    "fts_triggers_sql",
+    "get_meta",
+    "index_empty_with_messages",
     "legacy_tables_sql",
     "legacy_triggers_sql",
-    "probe_fts",
-    "fts_layout",
     "present_tables",
-    "get_meta",
-    "set_meta",
-    "delete_meta",
-    "drop_triggers",
+    "probe_fts",
     "rebuild_in_place",
-    "detach_fts",
-    "index_empty_with_messages",
-    "trash_tables",
-    "seed_rebuild_markers",
-    "ensure_fts",
     "reset_cjk_index",
-    "cjk_tokenizer_loaded",
+    "seed_rebuild_markers",
+    "set_meta",
+    "trash_tables",
 ]
 
 log = logging.getLogger("hermes_state.sqlite.search")
+
+# Errors of either SQLite driver (stdlib sqlite3 or pysqlite3).
+DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, driver_module().Error)
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")
 BASE_TRIGGERS = (
@@ -308,7 +315,7 @@ def index_empty_with_messages(conn: Any) -> bool:
         if conn.execute("SELECT 1 FROM messages LIMIT 1").fetchone() is None:
             return False
         return conn.execute("SELECT 1 FROM messages_fts_docsize LIMIT 1").fetchone() is None
-    except Exception:  # no such table (legacy or no FTS)
+    except DB_ERRORS:  # no such table (legacy or no FTS)
         return False
 
 
@@ -317,7 +324,7 @@ def cjk_tokenizer_loaded(conn: Any) -> bool:
     try:
         conn.execute("SELECT fts5_cjk_version()").fetchone()
         return True
-    except Exception:
+    except DB_ERRORS:
         return False
 
 
@@ -446,7 +453,7 @@ def _recover_stale(conn: Any, trigram: bool) -> bool:
             conn.execute("COMMIT")
             log.warning("FTS indexes re-attached after an earlier corruption (%s)", attempt)
             return True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure means: try the next strategy
             log.warning("FTS recovery by %s failed: %s", attempt, exc)
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -481,9 +488,7 @@ def _ensure_cjk(conn: Any, cjk_loaded: bool) -> bool:
         return False
     table_exists = "messages_fts_cjk" in _objects(conn, "table")
     complete = all(name in triggers for name in CJK_TRIGGERS)
-    if get_meta(conn, "fts_cjk_stale") is not None or (table_exists and not complete):
-        reset_cjk_index(conn)
-    elif not table_exists:
+    if get_meta(conn, "fts_cjk_stale") is not None or (table_exists and not complete) or not table_exists:
         reset_cjk_index(conn)
     return True
 

@@ -12,11 +12,12 @@ transcript write is what matters, the index can be rebuilt from it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from .fts_schema import ALL_TRIGGERS, detach_fts, get_meta, rebuild_in_place
+from .fts_schema import ALL_TRIGGERS, DB_ERRORS, detach_fts, get_meta, rebuild_in_place
 
-__all__ = ["is_fts_corruption_error", "recover_fts", "apply_with_fts_recovery"]
+__all__ = ["apply_with_fts_recovery", "is_fts_corruption_error", "recover_fts"]
 
 log = logging.getLogger("hermes_state.sqlite.search")
 
@@ -41,7 +42,7 @@ def _rebuild_tried(conn: Any) -> bool:
     # as the connection (one store instance) and needs no Python-side map.
     try:
         return conn.execute("SELECT 1 FROM temp.hermes_fts_recovery LIMIT 1").fetchone() is not None
-    except Exception:
+    except DB_ERRORS:
         return False
 
 
@@ -56,7 +57,7 @@ def _in_own_transaction(conn: Any, action: Callable[[Any], Any]) -> bool:
         action(conn)
         conn.execute("COMMIT")
         return True
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a failed step is reported by returning False
         log.warning("FTS recovery step failed: %s", exc)
         if conn.in_transaction:
             try:
