@@ -56,6 +56,8 @@ class SessionsConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
     max_resume_messages: int = 20000
     max_export_messages: int = 20000
     cjk_fts: bool = True
+    # search_messages logs its route when it takes at least this long (env HERMES_SEARCH_SLOW_MS wins).
+    search_slow_ms: float = 1000.0
 
 
 class StoreConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):

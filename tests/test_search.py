@@ -464,3 +464,24 @@ async def test_search_sessions_by_id_without_a_listing_method(db_path: Path) -> 
         assert [r["id"] for r in await db.search_sessions_by_id("abc", limit=2)] == ["abc", "abc-old"]
     finally:
         await db.close()
+
+
+async def test_slow_search_threshold_comes_from_config(db_path: Path, hermes_home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="hermes_state.search")
+    (hermes_home / "config.yaml").write_text("sessions:\n  search_slow_ms: 0\n")
+    db = SessionDB(db_path)
+    try:
+        await seed(db)
+        await db.search_messages("docker")
+        await db.search_messages("世界")
+        assert routes(caplog) == ["fts5", "like_scan"]
+    finally:
+        await db.close()
+    (hermes_home / "config.yaml").write_text("sessions:\n  search_slow_ms: 60000\n")
+    caplog.clear()
+    db = SessionDB(db_path)
+    try:
+        await db.search_messages("docker")
+        assert routes(caplog) == []
+    finally:
+        await db.close()
