@@ -477,3 +477,40 @@ async def test_reads_do_not_wait_for_the_writer(store: SessionDB) -> None:
     # The read returned a committed snapshot: either before or after the batch, never a part.
     assert len(rows) in (1, 20001)
     assert await write == 20000
+
+
+async def test_grouped_appends_get_their_own_ids_and_counts(store: SessionDB) -> None:
+    for name in ("a", "b", "c"):
+        await store.create_session(name, "cli")
+    await store.end_session("b", "compression")
+    calls, expected = [], []
+    for i in range(30):
+        calls.append(store.append_message("a" if i % 2 else "c", "user", f"single {i}"))
+        expected.append(("id", f"single {i}"))
+        if i % 5 == 0:
+            calls.append(store.append_messages_batch("c", [{"role": "user", "content": f"batch {i}.{k}"} for k in range(3)]))
+            expected.append(("count", 3))
+        if i % 7 == 0:
+            calls.append(store.append_message("b", "user", "closed"))
+            expected.append(("error", CompressionSessionClosedError))
+            calls.append(store.append_message("ghost", "user", "unknown"))
+            expected.append(("error", SessionNotFoundError))
+    batches_before = store._actor.batches
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert store._actor.batches - batches_before < len(calls)  # they were grouped
+    contents = {m["id"]: m["content"] for s in ("a", "c") for m in await store.get_messages(s)}
+    for (kind, want), got in zip(expected, results):
+        if kind == "id":
+            assert contents[got] == want  # each caller got the id of its own row
+        elif kind == "count":
+            assert got == want
+        else:
+            assert isinstance(got, want)
+    a = await store.get_session("a")
+    c = await store.get_session("c")
+    assert a is not None and c is not None
+    assert a["message_count"] == 15 and c["message_count"] == 15 + 6 * 3
+    assert await store.message_count("b") == 0
+    batch_rows = [m["id"] for m in await store.get_messages("c") if m["content"].startswith("batch")]
+    for start in range(0, len(batch_rows), 3):  # each batch's rows are consecutive
+        assert batch_rows[start : start + 3] == list(range(batch_rows[start], batch_rows[start] + 3))

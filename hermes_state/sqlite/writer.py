@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from ..commands.base import Command
 from .driver import to_stdlib_error
-from .handlers import handler_for
+from .handlers import BULK_HANDLERS, handler_for
 from .search.recovery import apply_with_fts_recovery
 
 __all__ = ["Outcome", "apply_batch"]
@@ -42,6 +42,10 @@ def _ends_transaction(conn: Any, exc: BaseException) -> bool:
     return any(marker in text for marker in _FATAL_MARKERS)
 
 
+class _BulkEndedTransaction(Exception):
+    """SQLite rolled the whole transaction back during a bulk attempt."""
+
+
 class _CommandEndedTransaction(Exception):
     def __init__(self, position: int, error: BaseException) -> None:
         super().__init__(str(error))
@@ -57,7 +61,9 @@ def _rollback(conn: Any) -> None:
             log.debug("rollback failed", exc_info=True)
 
 
-def _run_once(conn: Any, commands: Sequence[Command], positions: list[int], outcomes: list[Outcome | None]) -> None:
+def _run_once(
+    conn: Any, commands: Sequence[Command], positions: list[int], outcomes: list[Outcome | None], bulk: bool = True
+) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         if len(positions) == 1:
@@ -72,24 +78,60 @@ def _run_once(conn: Any, commands: Sequence[Command], positions: list[int], outc
                 return
             conn.execute("COMMIT")
             return
-        for pos in positions:
-            command = commands[pos]
-            conn.execute("SAVEPOINT hermes_cmd")
-            try:
-                result = handler_for(command)(conn, command)
-            except Exception as exc:
-                if _ends_transaction(conn, exc):
-                    raise _CommandEndedTransaction(pos, exc) from exc
-                conn.execute("ROLLBACK TO hermes_cmd")
-                conn.execute("RELEASE hermes_cmd")
-                outcomes[pos] = (False, to_stdlib_error(exc))
-            else:
-                conn.execute("RELEASE hermes_cmd")
-                outcomes[pos] = (True, result)
+        for run in _runs(commands, positions):
+            if bulk and len(run) > 1 and _try_bulk(conn, commands, run, outcomes):
+                continue
+            for pos in run:
+                _apply_one(conn, commands[pos], pos, outcomes)
         conn.execute("COMMIT")
     except BaseException:
         _rollback(conn)
         raise
+
+
+def _runs(commands: Sequence[Command], positions: list[int]) -> list[list[int]]:
+    """Split positions into runs of consecutive same-type commands that have a bulk handler."""
+    runs: list[list[int]] = []
+    for pos in positions:
+        kind = type(commands[pos])
+        if runs and kind in BULK_HANDLERS and type(commands[runs[-1][-1]]) is kind:
+            runs[-1].append(pos)
+        else:
+            runs.append([pos])
+    return runs
+
+
+def _apply_one(conn: Any, command: Command, pos: int, outcomes: list[Outcome | None]) -> None:
+    conn.execute("SAVEPOINT hermes_cmd")
+    try:
+        result = handler_for(command)(conn, command)
+    except Exception as exc:
+        if _ends_transaction(conn, exc):
+            raise _CommandEndedTransaction(pos, exc) from exc
+        conn.execute("ROLLBACK TO hermes_cmd")
+        conn.execute("RELEASE hermes_cmd")
+        outcomes[pos] = (False, to_stdlib_error(exc))
+    else:
+        conn.execute("RELEASE hermes_cmd")
+        outcomes[pos] = (True, result)
+
+
+def _try_bulk(conn: Any, commands: Sequence[Command], run: list[int], outcomes: list[Outcome | None]) -> bool:
+    """Apply a run through its bulk handler; False (and nothing applied) means "one by one"."""
+    conn.execute("SAVEPOINT hermes_bulk")
+    try:
+        results = BULK_HANDLERS[type(commands[run[0]])](conn, [commands[p] for p in run])
+    except Exception as exc:
+        if not conn.in_transaction:
+            raise _BulkEndedTransaction() from exc  # re-run the batch without bulk paths
+        conn.execute("ROLLBACK TO hermes_bulk")
+        conn.execute("RELEASE hermes_bulk")
+        log.debug("bulk path declined (%s); applying %d commands one by one", exc, len(run))
+        return False
+    conn.execute("RELEASE hermes_bulk")
+    for pos, (ok, value) in zip(run, results):
+        outcomes[pos] = (ok, value if ok else to_stdlib_error(value))
+    return True
 
 
 def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
@@ -135,10 +177,13 @@ def _apply_standalone(conn: Any, command: Command) -> Outcome:
 def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(commands)
     positions = list(range(len(commands)))
+    bulk = True
     while positions:
         try:
-            _run_once(conn, commands, positions, outcomes)
+            _run_once(conn, commands, positions, outcomes, bulk)
             break
+        except _BulkEndedTransaction:
+            bulk = False
         except _CommandEndedTransaction as failed:
             outcomes[failed.position] = (False, to_stdlib_error(failed.error))
             positions = [p for p in positions if p != failed.position]

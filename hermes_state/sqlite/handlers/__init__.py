@@ -11,10 +11,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .registry import HANDLERS, handler_for, handles
+from .registry import BULK_HANDLERS, HANDLERS, handler_for, handles, handles_bulk
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in ("registry", "common"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["HANDLERS", "handler_for", "handles"]
+__all__ = ["BULK_HANDLERS", "HANDLERS", "handler_for", "handles", "handles_bulk"]

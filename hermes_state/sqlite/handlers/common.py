@@ -85,6 +85,43 @@ def check_append_allowed(conn: Any, session_id: str, holder: str | None, now: fl
     return bool(exists)
 
 
+def append_verdicts(
+    conn: Any, keys: list[tuple[str, str | None]], now: float
+) -> dict[tuple[str, str | None], BaseException | None]:
+    """The admission guards of :func:`check_append_allowed` for many (session, holder) pairs.
+
+    Two queries for the whole set instead of one per append; the verdict is
+    None when the append may go ahead, else the exception its caller gets.
+    """
+    ids = sorted({session_id for session_id, _ in keys})
+    sessions: dict[str, Any] = {}
+    leases: dict[str, str] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        for session_id, ended_at, end_reason in conn.execute(
+            f"SELECT id, ended_at, end_reason FROM sessions WHERE id IN ({marks})", chunk
+        ):
+            sessions[session_id] = end_reason if ended_at is not None else None
+        for session_id, lease_holder in conn.execute(
+            f"SELECT session_id, holder FROM compression_locks WHERE session_id IN ({marks}) AND expires_at > ?",
+            (*chunk, now),
+        ):
+            leases[session_id] = lease_holder
+    verdicts: dict[tuple[str, str | None], BaseException | None] = {}
+    for session_id, holder in keys:
+        lease_holder = leases.get(session_id)
+        if sessions.get(session_id) == "compression":
+            verdicts[(session_id, holder)] = CompressionSessionClosedError(session_id)
+        elif lease_holder is not None and lease_holder != holder and not holder_process_is_dead(lease_holder):
+            verdicts[(session_id, holder)] = SessionCompressionInProgressError(session_id)
+        elif session_id not in sessions:
+            verdicts[(session_id, holder)] = SessionNotFoundError(session_id)
+        else:
+            verdicts[(session_id, holder)] = None
+    return verdicts
+
+
 def require_session(conn: Any, session_id: str, what: str = "session") -> None:
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
         raise SessionNotFoundError(session_id, what=what)

@@ -7,8 +7,8 @@ from typing import Any, Iterable
 
 from ...commands.messages import AppendMessages, MessageRow, ReplaceMessages
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
-from .common import check_append_allowed
-from .registry import handles
+from .common import append_verdicts, check_append_allowed
+from .registry import handles, handles_bulk
 
 INSERT_MESSAGE_SQL = """
 INSERT INTO messages (
@@ -58,6 +58,44 @@ def append_messages(conn: Any, cmd: AppendMessages) -> int:
         (added, calls, cmd.session_id),
     )
     return result
+
+
+@handles_bulk(AppendMessages)
+def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tuple[bool, Any]]:
+    """Many agents' appends in one batch: one guard check per session, one executemany.
+
+    Row ids come from AUTOINCREMENT inside this exclusive transaction, so the
+    rows of one executemany get consecutive ids in list order; each command's
+    ids are read off that range.
+    """
+    verdicts = append_verdicts(conn, [(c.session_id, c.compression_lock_holder) for c in commands], time.time())
+    outcomes: list[tuple[bool, Any] | None] = [None] * len(commands)
+    params: list[tuple[Any, ...]] = []
+    accepted: list[int] = []
+    counts: dict[str, list[int]] = {}
+    for index, cmd in enumerate(commands):
+        verdict = verdicts[(cmd.session_id, cmd.compression_lock_holder)]
+        if verdict is not None:
+            outcomes[index] = (False, verdict)
+            continue
+        accepted.append(index)
+        params.extend(row_params(cmd.session_id, row) for row in cmd.rows)
+        tally = counts.setdefault(cmd.session_id, [0, 0])
+        tally[0] += len(cmd.rows)
+        tally[1] += sum(row.tool_call_count for row in cmd.rows)
+    if params:
+        conn.executemany(INSERT_MESSAGE_SQL, params)
+        next_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0]) - len(params) + 1
+        for index in accepted:
+            cmd = commands[index]
+            outcomes[index] = (True, next_id + len(cmd.rows) - 1 if cmd.want_id else len(cmd.rows))
+            next_id += len(cmd.rows)
+        conn.executemany(
+            "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
+            "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?",
+            [(added, calls, session_id) for session_id, (added, calls) in counts.items()],
+        )
+    return [o for o in outcomes if o is not None]
 
 
 @handles(ReplaceMessages)
