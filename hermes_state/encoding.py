@@ -11,6 +11,7 @@ that cannot be stored fails at the call site and never reaches a transaction.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -22,6 +23,8 @@ from .commands.messages import ContentValue, MessageRow
 
 __all__ = [
     "JSON_CONTENT_PREFIX",
+    "prompt_hash",
+    "hashed_prompt",
     "scrub_surrogates",
     "encode_content",
     "decode_content",
@@ -40,6 +43,16 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 
 # Keys a dict writer reads from each message; anything else is ignored.
 _ASSISTANT_ONLY = ("reasoning", "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items")
+
+
+def prompt_hash(prompt: str) -> str:
+    """Lower-case hex SHA-256 of the prompt's UTF-8 bytes (the de-duplication key)."""
+    return hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def hashed_prompt(prompt: str | None) -> str | None:
+    """The de-duplication key of ``prompt``, or None for no prompt."""
+    return None if prompt is None else prompt_hash(prompt)
 
 
 def scrub_surrogates(text: str) -> str:

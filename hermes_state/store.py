@@ -31,7 +31,7 @@ from .commands import (
     UpdateTokenCounts,
     UpsertSession,
 )
-from .encoding import encode_message_args, encode_message_dicts
+from .encoding import encode_message_args, encode_message_dicts, hashed_prompt
 from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
 from .methods.compression import CompressionMethods
 from .methods.listing import ListingMethods
@@ -68,7 +68,6 @@ class CoreMethods(StoreBase):
         if parent is not None:
             require_id(parent, "parent_session_id")
         prompt = fields.pop("system_prompt")
-        from .sqlite.schema import prompt_hash
 
         return UpsertSession(
             session_id=session_id,
@@ -76,7 +75,7 @@ class CoreMethods(StoreBase):
             started_at=time.time(),
             model_config=config_json,
             system_prompt=prompt,
-            system_prompt_hash=prompt_hash(prompt) if prompt is not None else None,
+            system_prompt_hash=hashed_prompt(prompt),
             **fields,
         )
 
@@ -173,14 +172,13 @@ class CoreMethods(StoreBase):
 
     async def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
         """Store (de-duplicated) and reference the prompt; None clears it. Returns None."""
-        from .sqlite.schema import prompt_hash
 
         prompt = opt_text(system_prompt, "system_prompt")
         await self._write(
             UpdateSystemPrompt(
                 session_id=require_id(session_id),
                 system_prompt=prompt,
-                system_prompt_hash=prompt_hash(prompt) if prompt is not None else None,
+                system_prompt_hash=hashed_prompt(prompt),
             )
         )
 

@@ -25,7 +25,7 @@ from ..commands.compression import (
     SetCompressionCooldown,
     SetCompressionCounter,
 )
-from ..encoding import encode_message_dicts
+from ..encoding import encode_message_dicts, hashed_prompt
 from ..facade import StoreBase, opt_number, opt_text, require_id, rows_size
 
 __all__ = ["CompressionMethods"]
@@ -178,7 +178,6 @@ class CompressionMethods(StoreBase):
         """
         if not messages:
             raise RuntimeError("Compression child handoff must not be empty")
-        from ..sqlite.schema import prompt_hash
 
         if not isinstance(source, str):
             raise TypeError(f"source must be a str, not {type(source).__name__}")
@@ -195,7 +194,7 @@ class CompressionMethods(StoreBase):
             model=opt_text(model, "model"),
             model_config=config,
             system_prompt=prompt,
-            system_prompt_hash=prompt_hash(prompt) if prompt is not None else None,
+            system_prompt_hash=hashed_prompt(prompt),
             cwd=opt_text(cwd, "cwd"),
             profile_name=opt_text(profile_name, "profile_name"),
             compression_lock_holder=opt_text(compression_lock_holder, "compression_lock_holder"),

@@ -662,7 +662,7 @@ class MaintenanceMethods(StoreBase):
         except _ImportProblem as problem:
             problem.session_id = session_id
             raise
-        from ..sqlite.schema import prompt_hash
+        from ..encoding import prompt_hash
 
         entry = ImportedSession(
             index=index,

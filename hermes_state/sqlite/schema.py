@@ -7,11 +7,11 @@ Everything here is synchronous and runs on the writer connection's thread.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from typing import Any
 
+from ..encoding import prompt_hash
 from .driver import driver_module
 from .search.fts_schema import (  # noqa: F401  (fts_triggers_sql is re-exported)
     ALL_TRIGGERS,
@@ -251,11 +251,6 @@ def run_script(conn: Any, script: str) -> None:
             pending = ""
     if pending.strip():
         conn.execute(pending)
-
-
-def prompt_hash(prompt: str) -> str:
-    """Lower-case hex SHA-256 of the prompt's UTF-8 bytes (the de-duplication key)."""
-    return hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # --------------------------------------------------------------------------- open
