@@ -1,0 +1,98 @@
+"""Driver selection and the WAL-reset bug guard, in fresh interpreters (the driver is chosen once per process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hermes_state.sqlite.driver import is_sqlite_wal_reset_vulnerable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = r"""
+import asyncio, json, sys
+from hermes_state import SessionDB
+from hermes_state.sqlite.driver import is_sqlite_wal_reset_vulnerable
+
+async def main(path):
+    db = SessionDB(path)
+    try:
+        await db.create_session("s", "cli")
+        row_id = await db.append_message("s", "user", "hello")
+        info = await db.storage_info()
+        info["vulnerable"] = is_sqlite_wal_reset_vulnerable()
+        info["row"] = [m["content"] for m in await db.get_messages("s")] == ["hello"] and row_id == 1
+        print(json.dumps(info))
+    finally:
+        await db.close()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def run_store(path: Path, driver: str, home: Path) -> dict:
+    env = dict(os.environ, HERMES_SQLITE_DRIVER=driver, HERMES_HOME=str(home), PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_vulnerable_version_ranges() -> None:
+    assert is_sqlite_wal_reset_vulnerable((3, 40, 1))
+    assert is_sqlite_wal_reset_vulnerable((3, 7, 0))
+    assert not is_sqlite_wal_reset_vulnerable((3, 6, 23))
+    assert not is_sqlite_wal_reset_vulnerable((3, 44, 6))
+    assert is_sqlite_wal_reset_vulnerable((3, 45, 0))
+    assert not is_sqlite_wal_reset_vulnerable((3, 50, 7))
+    assert is_sqlite_wal_reset_vulnerable((3, 51, 2))
+    assert not is_sqlite_wal_reset_vulnerable((3, 51, 3))
+    assert not is_sqlite_wal_reset_vulnerable((3, 53, 4))
+
+
+def test_bundled_driver_runs_wal(tmp_path: Path, hermes_home: Path) -> None:
+    pytest.importorskip("pysqlite3")
+    info = run_store(tmp_path / "modern.db", "pysqlite3", hermes_home)
+    assert info["driver"] == "pysqlite3" and info["row"]
+    assert info["vulnerable"] is False
+    assert info["journal_mode"] == "wal"
+
+
+def test_stdlib_driver_follows_the_wal_reset_guard(tmp_path: Path, hermes_home: Path) -> None:
+    info = run_store(tmp_path / "stdlib.db", "sqlite3", hermes_home)
+    assert info["driver"] == "sqlite3" and info["row"]
+    # A vulnerable SQLite gives a new file a rollback journal; a fixed one uses WAL.
+    assert info["journal_mode"] == ("delete" if info["vulnerable"] else "wal")
+
+
+def test_vulnerable_sqlite_keeps_an_existing_wal_file(tmp_path: Path, hermes_home: Path) -> None:
+    pytest.importorskip("pysqlite3")
+    path = tmp_path / "shared.db"
+    assert run_store(path, "pysqlite3", hermes_home)["journal_mode"] == "wal"
+    info = run_store(path, "sqlite3", hermes_home)
+    assert info["journal_mode"] == "wal"  # already WAL: kept, whatever the version
+
+
+def test_anchor_file_opens_on_both_drivers(anchor_db: Path, tmp_path: Path, hermes_home: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "anchor2.db"
+    shutil.copyfile(anchor_db, copy)
+    for driver, path in (("sqlite3", anchor_db), ("pysqlite3", copy)):
+        if driver == "pysqlite3":
+            pytest.importorskip("pysqlite3")
+        env = dict(os.environ, HERMES_SQLITE_DRIVER=driver, HERMES_HOME=str(hermes_home), PYTHONPATH=str(ROOT))
+        script = (
+            "import asyncio, sys\nfrom hermes_state import SessionDB\n"
+            "async def m():\n    db = SessionDB(sys.argv[1])\n"
+            "    try:\n        s = await db.get_session('20261101_101500_a1b2c3')\n"
+            "        print(s['title'], await db.message_count())\n    finally:\n        await db.close()\n"
+            "asyncio.run(m())\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script, str(path)], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split()[:3] == ["Docker", "deploy", "failure"]
