@@ -32,7 +32,10 @@ class Backend(Protocol):
     """Connections, schema and transactions for one database."""
 
     read_only: bool
-    reader: Reader
+
+    @property
+    def reader(self) -> Reader:
+        """The backend's read side."""
 
     async def open(self) -> None:
         """Connect and create or migrate the schema (writable) or check it (read-only)."""

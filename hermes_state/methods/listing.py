@@ -322,10 +322,10 @@ class ListingMethods(StoreBase):
             return
         branch = (opt_text(git_branch, "git_branch") or "").strip() or None
         root = (opt_text(git_repo_root, "git_repo_root") or "").strip() or None
-        cwd = opt_text(cwd, "cwd")
+        cwd_text = opt_text(cwd, "cwd")
         await self._write(
             UpdateSessionCwd(
-                session_id=require_id(session_id), cwd=scrub_surrogates(cwd or ""),
+                session_id=require_id(session_id), cwd=scrub_surrogates(cwd_text or ""),
                 git_branch=branch, git_repo_root=root,
                 replace_git_meta=flag_arg(replace_git_meta, "replace_git_meta"),
             )

@@ -22,7 +22,8 @@ from .registry import handles
 
 @handles(UpdateSessionCwd)
 def update_session_cwd(conn: Any, cmd: UpdateSessionCwd) -> None:
-    sets, params = ["cwd = ?"], [cmd.cwd]
+    sets: list[str] = ["cwd = ?"]
+    params: list[str | None] = [cmd.cwd]
     for column, value in (("git_branch", cmd.git_branch), ("git_repo_root", cmd.git_repo_root)):
         if value or cmd.replace_git_meta:
             sets.append(f"{column} = ?")

@@ -105,6 +105,7 @@ _EXPORT_SESSION_SQL = (
 @query
 def active_message_count(conn: Any, session_id: str, bound: int | None) -> int:
     """Active rows of the session, counting at most ``bound`` of them (all when None)."""
+    params: tuple[Any, ...]
     if bound is None:
         sql, params = "SELECT COUNT(*) FROM messages WHERE session_id = ? AND active = 1", (session_id,)
     else:
@@ -141,7 +142,8 @@ def export_sessions_page(
     Pages go newest ``started_at`` first; ``started_at`` never changes, so
     a session cannot move across the cursor while an export runs.
     """
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     if source:
         where.append("s.source = ?")
         params.append(source)

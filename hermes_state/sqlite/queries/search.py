@@ -142,7 +142,7 @@ class _Search(NamedTuple):
 
     @property
     def wants_tool_rows(self) -> bool:
-        return bool(self.roles) and "tool" in self.roles
+        return self.roles is not None and "tool" in self.roles
 
     def filters(self) -> tuple[list[str], list[Any]]:
         """WHERE clauses (on ``m`` and ``s``) shared by every route, with their parameters."""
@@ -361,7 +361,8 @@ def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
     groups = boolean_groups(req.query)
     if not groups:
         return []
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
     for group in groups:
         positive, negative = _distinct(group.positive), _distinct(group.negative)
         parts = [_term_match_sql()] * len(positive) + [_term_match_sql(negate=True)] * len(negative)
