@@ -730,7 +730,7 @@ class AIAgent:
             if refresher is not None:
                 refresher.cancel()
             self._compression_holder = None
-            if holder is not None:
+            if db is not None and holder is not None:
                 try:
                     await finish_owned(db.release_compression_lock(session_id, holder))
                 except Exception as exc:
@@ -798,10 +798,11 @@ class AIAgent:
 
     @staticmethod
     async def _renumber_title(db: Any, old: str, new: str) -> None:
-        getters = [getattr(db, n, None) for n in ("get_session_title", "get_next_title_in_lineage", "set_session_title")]
-        if not all(callable(g) for g in getters):
+        get_title = getattr(db, "get_session_title", None)
+        next_title = getattr(db, "get_next_title_in_lineage", None)
+        set_title = getattr(db, "set_session_title", None)
+        if get_title is None or next_title is None or set_title is None:
             return
-        get_title, next_title, set_title = getters
         try:
             title = await get_title(old)
             if title:
