@@ -7,6 +7,17 @@ their own connection.
 
 from __future__ import annotations
 
+from .compat import (
+    _default_db_path,
+    apply_database_pragmas,
+    apply_wal_with_fallback,
+    format_session_db_unavailable,
+    preflight_db_writability,
+    resolve_journal_mode,
+    resolved_max_export_messages,
+    resolved_max_resume_messages,
+    workspace_key,
+)
 from .config import default_db_path, hermes_home
 from .errors import (
     PERSISTENCE_ERROR_CAUSES,
@@ -37,6 +48,14 @@ MAX_FTS5_QUERY_CHARS = 2048
 
 __all__ = [
     "SessionDB",
+    "apply_database_pragmas",
+    "apply_wal_with_fallback",
+    "format_session_db_unavailable",
+    "preflight_db_writability",
+    "resolve_journal_mode",
+    "resolved_max_export_messages",
+    "resolved_max_resume_messages",
+    "workspace_key",
     "StoreClosedError",
     "SessionNotFoundError",
     "CompressionSessionBusyError",
