@@ -8,7 +8,7 @@ their own connection.
 from __future__ import annotations
 
 from .compat import (
-    _default_db_path,
+    _default_db_path as _default_db_path,
     apply_database_pragmas,
     apply_wal_with_fallback,
     format_session_db_unavailable,
@@ -34,7 +34,12 @@ from .errors import (
     is_disk_full_error,
 )
 from .sqlite.driver import is_sqlite_wal_reset_vulnerable
-from .sqlite.safety import get_last_init_error, is_zeroed_state_db, quarantine_zeroed_state_db
+from .sqlite.safety import (
+    get_last_init_error,
+    is_zeroed_state_db,
+    quarantine_zeroed_state_db,
+    repair_state_db_schema,
+)
 from .sqlite.schema import FTS_STORAGE_VERSION, SCHEMA_SQL, SCHEMA_VERSION
 from .sqlite.search.cjk import _cjk_fts_config_enabled, fts5_cjk_so_path, load_fts5_cjk_extension  # noqa: F401
 from .store import SessionDB
@@ -72,6 +77,7 @@ __all__ = [
     "get_last_init_error",
     "is_zeroed_state_db",
     "quarantine_zeroed_state_db",
+    "repair_state_db_schema",
     "hermes_home",
     "default_db_path",
     "DEFAULT_DB_PATH",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,35 @@ async def test_garbage_file_is_a_clear_error_and_left_alone(db_path) -> None:
     with pytest.raises(sqlite3.DatabaseError, match="not a database"):
         await SessionDB(db_path).get_session("x")
     assert db_path.read_bytes() == b"this is not sqlite" * 100
+
+
+async def test_repair_rebuilds_a_damaged_fts_index(db_path) -> None:
+    from hermes_state import repair_state_db_schema
+    from hermes_state.sqlite.driver import driver_module
+
+    db = SessionDB(db_path)
+    await db.create_session("s", "cli")
+    for i in range(50):
+        await db.append_message("s", "user", f"deployment note number {i}")
+    await db.close()
+    clean = repair_state_db_schema(db_path, backup=False)
+    assert clean["ok"] and clean["steps"] == [] and clean["backup"] is None
+
+    conn = driver_module().connect(str(db_path), isolation_level=None)
+    conn.execute("DELETE FROM messages_fts_data WHERE id > 10")  # drop index segments
+    damaged = conn.execute("PRAGMA integrity_check").fetchall()
+    conn.close()
+    assert damaged != [("ok",)]
+
+    result = repair_state_db_schema(db_path)
+    assert result["ok"], result
+    assert result["steps"][0] == "fts_rebuild"
+    assert result["backup"] and Path(result["backup"]).exists()
+
+    db = SessionDB(db_path)
+    try:
+        assert await db.message_count("s") == 50  # no transcript row lost
+        hits = await db.search_messages("deployment", limit=100)
+        assert len(hits) == 50
+    finally:
+        await db.close()

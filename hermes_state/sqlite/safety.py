@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["is_zeroed_state_db", "quarantine_zeroed_state_db", "get_last_init_error", "record_init_error"]
+__all__ = [
+    "is_zeroed_state_db",
+    "quarantine_zeroed_state_db",
+    "get_last_init_error",
+    "record_init_error",
+    "repair_state_db_schema",
+]
 
 log = logging.getLogger("hermes_state.sqlite.safety")
 
@@ -60,3 +68,84 @@ def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
     log.warning(notice)
     record_init_error(notice)
     return target
+
+
+def _integrity(conn: Any) -> str:
+    try:
+        rows = conn.execute("PRAGMA integrity_check").fetchall()
+    except Exception as exc:  # a badly damaged file can fail the check itself
+        return f"integrity_check failed: {exc}"
+    return "ok" if [r[0] for r in rows] == ["ok"] else "; ".join(str(r[0]) for r in rows[:5])
+
+
+def _backup_copy(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.malformed-backup-{stamp}")
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{path.name}.malformed-backup-{stamp}-{n}")
+        n += 1
+    shutil.copy2(path, target)
+    for suffix in ("-wal", "-shm", "-journal"):
+        sidecar = Path(f"{path}{suffix}")
+        if sidecar.exists():
+            shutil.copy2(sidecar, Path(f"{target}{suffix}"))
+    return target
+
+
+def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True) -> dict[str, Any]:
+    """Try to repair a damaged ``state.db`` in place; returns what was done.
+
+    Close every store on the file first. With ``backup`` the file and its
+    sidecars are copied aside before anything changes. Steps, each followed
+    by ``PRAGMA integrity_check`` and stopping at the first clean result:
+    rebuild the full-text indexes from ``messages``, ``REINDEX``, ``VACUUM``.
+    The result is ``{"ok": bool, "backup": path or None, "steps": [...],
+    "integrity": "ok" or the remaining problems}``; transcript rows are never
+    deleted by any step.
+    """
+    from .driver import driver_module
+    from .search.fts_schema import rebuild_in_place
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no database file at {path}")
+    result: dict[str, Any] = {"ok": False, "backup": None, "steps": [], "integrity": None}
+    if backup:
+        result["backup"] = str(_backup_copy(path))
+    conn = driver_module().connect(str(path), isolation_level=None, timeout=5.0)
+    try:
+        result["integrity"] = _integrity(conn)
+        if result["integrity"] == "ok":
+            result["ok"] = True
+            return result
+
+        def fts_rebuild() -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rebuild_in_place(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        for name, step in (
+            ("fts_rebuild", fts_rebuild),
+            ("reindex", lambda: conn.execute("REINDEX")),
+            ("vacuum", lambda: conn.execute("VACUUM")),
+        ):
+            try:
+                step()
+                result["steps"].append(name)
+            except Exception as exc:
+                result["steps"].append(f"{name} failed: {exc}")
+                continue
+            result["integrity"] = _integrity(conn)
+            if result["integrity"] == "ok":
+                result["ok"] = True
+                break
+    finally:
+        conn.close()
+    level = logging.WARNING if result["ok"] else logging.ERROR
+    log.log(level, "repair of %s: %s", path, result)
+    return result
