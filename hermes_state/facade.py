@@ -235,8 +235,27 @@ class StoreBase:
             pause = random.uniform(0.02, 0.15) if elapsed < 2.0 else random.uniform(0.25, 1.0)
             await asyncio.sleep(max(0.0, min(pause, patience - elapsed)))
 
+    async def _remove_session_files(self, directory: Path | None, session_ids: Iterable[str]) -> None:
+        """Best effort, off the event loop: drop transcript files a host kept beside the database."""
+        ids = list(session_ids)
+        if directory is not None and ids:
+            await asyncio.to_thread(_unlink_session_files, Path(directory), ids)
+
     async def _query(self, name: str, *args: Any) -> Any:
         """Run the backend's read query ``name``; reads never enter the write queue."""
         await self._ensure_open()
         return await self._backend.reader.query(name, *args)
 
+
+def _unlink_session_files(directory: Path, session_ids: Iterable[str]) -> None:
+    """Best effort: drop transcript files a host kept beside the database."""
+    for session_id in session_ids:
+        candidates = [directory / f"{session_id}.json", directory / f"{session_id}.jsonl"]
+        candidates.extend(directory.glob(f"request_dump_{session_id}_*.json"))
+        for path in candidates:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.debug("could not remove %s: %s", path, exc)

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from . import conversation
 from .commands import (
@@ -151,7 +151,7 @@ class CoreMethods(StoreBase):
             expected = tuple(require_id(i, "expected_delete_ids item") for i in expected_delete_ids)
         removed = await self._write(DeleteSession(session_id=require_id(session_id), expected_delete_ids=expected))
         if removed and sessions_dir is not None:
-            _remove_session_files(Path(sessions_dir), removed)
+            await self._remove_session_files(Path(sessions_dir), removed)
         return bool(removed)
 
     async def update_session_meta(self, session_id: str, model_config_json: str | None, model: str | None = None) -> None:
@@ -434,20 +434,6 @@ class CoreMethods(StoreBase):
     async def message_count(self, session_id: str | None = None) -> int:
         """Return how many rows the session has (inactive ones included), or the whole table's count."""
         return await self._query("message_count", session_id or None)
-
-
-def _remove_session_files(directory: Path, session_ids: Iterable[str]) -> None:
-    """Best effort: drop transcript files a host kept beside the database."""
-    for session_id in session_ids:
-        candidates = [directory / f"{session_id}.json", directory / f"{session_id}.jsonl"]
-        candidates.extend(directory.glob(f"request_dump_{session_id}_*.json"))
-        for path in candidates:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.debug("could not remove %s: %s", path, exc)
 
 
 class SessionDB(

@@ -274,13 +274,7 @@ class MaintenanceMethods(StoreBase):
     # ------------------------------------------------------------ deletion
 
     async def _remove_files(self, sessions_dir: Path | None, session_ids: list[str]) -> None:
-        if sessions_dir is None or not session_ids:
-            return
-        from ..store import (
-            _remove_session_files,  # the core's helper; imported late (store imports this module)
-        )
-
-        await asyncio.to_thread(_remove_session_files, sessions_dir, session_ids)
+        await self._remove_session_files(sessions_dir, session_ids)
 
     async def get_session_delete_targets(self, session_id: str) -> list[str]:
         """Return ``[session_id, *sorted delegate descendants]`` (``[]`` for an unknown id).
