@@ -96,3 +96,22 @@ def test_anchor_file_opens_on_both_drivers(anchor_db: Path, tmp_path: Path, herm
         done = subprocess.run([sys.executable, "-c", script, str(path)], env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split()[:3] == ["Docker", "deploy", "failure"]
+
+
+def test_process_exits_even_if_the_store_was_never_closed(tmp_path: Path, hermes_home: Path) -> None:
+    script = (
+        "import asyncio, sys\nfrom hermes_state import SessionDB\n"
+        "db = SessionDB(sys.argv[1])\n"
+        "async def m():\n    await db.create_session('s', 'cli')\n"
+        "    print(await db.append_message('s', 'user', 'kept'), flush=True)\n"
+        "asyncio.run(m())\n"  # no close(): the interpreter must still exit
+    )
+    path = tmp_path / "unclosed.db"
+    env = dict(os.environ, HERMES_HOME=str(hermes_home), PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", script, str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    row_id = int(done.stdout.strip())
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:  # the acknowledged write is durable
+        assert conn.execute("SELECT id, content FROM messages").fetchall() == [(row_id, "kept")]

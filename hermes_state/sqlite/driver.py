@@ -87,6 +87,10 @@ def _connect(database: str, uri: bool, timeout: float) -> Any:
 async def open_connection(database: str, *, uri: bool = False, timeout: float = 1.0) -> aiosqlite.Connection:
     """Open an aiosqlite connection on the selected driver, in autocommit mode."""
     conn = aiosqlite.Connection(functools.partial(_connect, database, uri, timeout), iter_chunk_size=256)
+    # A host that forgets ``close()`` must still be able to exit: aiosqlite's
+    # worker thread is non-daemon and would block interpreter shutdown forever.
+    # Every acknowledged write is already committed, so nothing durable is lost.
+    conn._thread.daemon = True
     try:
         return await conn
     except Exception as exc:
