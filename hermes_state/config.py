@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
@@ -48,6 +48,8 @@ class DatabaseConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
     temp_store: int | None = None
     wal_autocheckpoint: int | None = None
     journal_size_limit: int | None = None
+    # Query-only connections reads are spread over (each has its own thread).
+    read_connections: Annotated[int, msgspec.Meta(ge=1, le=32)] = 2
 
 
 class SessionsConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):

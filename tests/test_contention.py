@@ -79,3 +79,38 @@ async def test_exhausted_patience_raises_the_documented_error(store: SessionDB) 
     assert await store.get_meta("k") is None
     await store.set_meta("k", "v")  # the writer is healthy afterwards
     assert await store.get_meta("k") == "v"
+
+
+def _slow_read(conn: object, seconds: float) -> int:
+    time.sleep(seconds)  # stands in for a long search on one reader thread
+    return 1
+
+
+async def test_a_slow_read_does_not_queue_other_reads(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    slow = asyncio.ensure_future(store._backend.reader.run(_slow_read, 1.5))  # type: ignore[attr-defined]
+    await asyncio.sleep(0.05)
+    t0 = time.monotonic()
+    assert await store.get_session("s") is not None
+    assert time.monotonic() - t0 < 0.75  # served by the other reader connection
+    assert await slow == 1
+
+
+async def test_read_connections_are_configurable(db_path: Path, hermes_home: Path) -> None:
+    from hermes_state import ConfigError
+
+    (hermes_home / "config.yaml").write_text("database:\n  read_connections: 1\n")
+    db = SessionDB(db_path)
+    try:
+        await db.create_session("s", "cli")
+        slow = asyncio.ensure_future(db._backend.reader.run(_slow_read, 1.0))  # type: ignore[attr-defined]
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        await db.get_session("s")
+        assert time.monotonic() - t0 >= 0.5  # one reader: the fast read waited its turn
+        await slow
+    finally:
+        await db.close()
+    (hermes_home / "config.yaml").write_text("database:\n  read_connections: 0\n")
+    with pytest.raises(ConfigError, match="read_connections"):
+        await SessionDB(db_path).get_session("s")

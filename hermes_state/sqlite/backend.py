@@ -82,17 +82,28 @@ def _checkpoint(conn: Any) -> None:
 
 
 class SQLiteReader:
-    """Runs named read queries on the query-only connection, one thread hop per call."""
+    """Runs named read queries on the query-only connections, one thread hop per call.
+
+    Each call goes to the connection with the fewest calls in flight, so one
+    slow search does not queue the other agents' reads behind it (SQLite
+    releases the GIL while it steps, and WAL readers do not block each other).
+    """
 
     def __init__(self, backend: "SQLiteBackend") -> None:
         self._backend = backend
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(raw_connection, *args)`` on the reader thread."""
-        conn = self._backend._reader_conn
-        if conn is None:
+        """Run ``fn(raw_connection, *args)`` on the least busy reader thread."""
+        readers = self._backend._readers
+        if not readers:
             raise StoreClosedError()
-        return await run_on(conn, fn, *args)
+        busy = self._backend._reader_busy
+        index = min(range(len(readers)), key=busy.__getitem__)
+        busy[index] += 1
+        try:
+            return await run_on(readers[index], fn, *args)
+        finally:
+            busy[index] -= 1
 
     async def query(self, name: str, *args: Any) -> Any:
         """Run the registered query ``name`` with ``args``; returns what it returns."""
@@ -109,7 +120,8 @@ class SQLiteBackend:
         self.config = StoreConfig()
         self.reader = SQLiteReader(self)
         self._writer_conn: aiosqlite.Connection | None = None
-        self._reader_conn: aiosqlite.Connection | None = None
+        self._readers: list[aiosqlite.Connection] = []
+        self._reader_busy: list[int] = []
         self._facts: dict[str, Any] = {}
 
     async def open(self) -> None:
@@ -122,12 +134,15 @@ class SQLiteBackend:
             elif not self.path.exists():
                 raise sqlite3.OperationalError(f"unable to open database file: {self.path} does not exist")
             uri = self.path.absolute().as_uri() + "?mode=ro"
-            self._reader_conn = await open_connection(uri, uri=True, timeout=READER_BUSY_TIMEOUT_MS / 1000)
-            # Read-only stores have no writer; otherwise the reader follows the writer.
+            # Read-only stores have no writer; otherwise the readers follow the writer.
             cjk = self.read_only or bool(self._facts.get("cjk"))
-            facts = await run_on(self._reader_conn, _setup_reader, self.config, cjk, self.home)
-            for key, value in facts.items():
-                self._facts.setdefault(key, value)
+            for _ in range(self.config.database.read_connections):
+                reader = await open_connection(uri, uri=True, timeout=READER_BUSY_TIMEOUT_MS / 1000)
+                self._readers.append(reader)
+                self._reader_busy.append(0)
+                facts = await run_on(reader, _setup_reader, self.config, cjk, self.home)
+                for key, value in facts.items():
+                    self._facts.setdefault(key, value)
         except BaseException as exc:
             record_init_error(f"{type(exc).__name__}: {exc}")
             await self.close()
@@ -160,9 +175,9 @@ class SQLiteBackend:
         }
 
     async def close(self) -> None:
-        reader, self._reader_conn = self._reader_conn, None
+        readers, self._readers, self._reader_busy = self._readers, [], []
         writer, self._writer_conn = self._writer_conn, None
-        if reader is not None:
+        for reader in readers:
             await reader.close()
         if writer is not None:
             if self._facts.get("journal_mode") == "wal":
