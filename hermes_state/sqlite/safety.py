@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "is_zeroed_state_db",
@@ -48,22 +48,27 @@ def is_zeroed_state_db(path: os.PathLike[str] | str) -> bool:
     return len(head) > 0 and head.count(0) == len(head)
 
 
+def _set_aside(path: Path, label: str, ending: str, transfer: Callable[[Any, Any], Any]) -> Path:
+    """Move or copy ``path`` and its sidecars to the first free ``<name>.<label>[-n]<ending>``."""
+    target = path.with_name(f"{path.name}.{label}{ending}")
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{path.name}.{label}-{n}{ending}")
+        n += 1
+    transfer(path, target)
+    for suffix in ("-wal", "-shm", "-journal"):
+        sidecar = Path(f"{path}{suffix}")
+        if sidecar.exists():
+            transfer(sidecar, Path(f"{target}{suffix}"))
+    return target
+
+
 def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
     """Move a zeroed database and its sidecars aside; returns the new path, or None if not zeroed."""
     path = Path(path)
     if not is_zeroed_state_db(path):
         return None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.zeroed-{stamp}-{os.getpid()}.bak")
-    n = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.zeroed-{stamp}-{os.getpid()}-{n}.bak")
-        n += 1
-    os.replace(path, target)
-    for suffix in ("-wal", "-shm", "-journal"):
-        sidecar = Path(f"{path}{suffix}")
-        if sidecar.exists():
-            os.replace(sidecar, Path(f"{target}{suffix}"))
+    target = _set_aside(path, f"zeroed-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", ".bak", os.replace)
     notice = f"{path} was zeroed (all NUL bytes); moved aside to {target} and a fresh database was created"
     log.warning(notice)
     record_init_error(notice)
@@ -76,21 +81,6 @@ def _integrity(conn: Any) -> str:
     except Exception as exc:  # a badly damaged file can fail the check itself
         return f"integrity_check failed: {exc}"
     return "ok" if [r[0] for r in rows] == ["ok"] else "; ".join(str(r[0]) for r in rows[:5])
-
-
-def _backup_copy(path: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.malformed-backup-{stamp}")
-    n = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.malformed-backup-{stamp}-{n}")
-        n += 1
-    shutil.copy2(path, target)
-    for suffix in ("-wal", "-shm", "-journal"):
-        sidecar = Path(f"{path}{suffix}")
-        if sidecar.exists():
-            shutil.copy2(sidecar, Path(f"{target}{suffix}"))
-    return target
 
 
 def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True) -> dict[str, Any]:
@@ -112,7 +102,8 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
         raise FileNotFoundError(f"no database file at {path}")
     result: dict[str, Any] = {"ok": False, "backup": None, "steps": [], "integrity": None}
     if backup:
-        result["backup"] = str(_backup_copy(path))
+        label = f"malformed-backup-{time.strftime('%Y%m%d-%H%M%S')}"
+        result["backup"] = str(_set_aside(path, label, "", shutil.copy2))
     conn = driver_module().connect(str(path), isolation_level=None, timeout=5.0)
     try:
         result["integrity"] = _integrity(conn)
