@@ -7,7 +7,6 @@ Everything here is synchronous and runs on the writer connection's thread.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -232,7 +231,6 @@ TITLE_INDEX_SQL = (
 # live in ``hermes_state.sqlite.search.fts_schema``; these names stay here
 # for code that builds the base schema by hand (bench/append.py).
 FTS_TABLES_SQL = base_tables_sql()
-FTS_TRIGGER_NAMES = BASE_TRIGGERS
 
 
 def run_script(conn: Any, script: str) -> None:
@@ -254,11 +252,6 @@ def run_script(conn: Any, script: str) -> None:
 
 
 # --------------------------------------------------------------------------- open
-
-
-def _objects(conn: Any, kind: str) -> dict[str, str]:
-    rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = ?", (kind,)).fetchall()
-    return {name: sql or "" for name, sql in rows}
 
 
 def _table_columns(conn: Any, table: str, schema: str = "main") -> list[tuple[str, str, int, Any, int]]:
@@ -446,7 +439,3 @@ def ensure_schema(conn: Any, *, fts_enabled: bool = True, cjk_loaded: bool = Fal
     version = conn.execute("SELECT version FROM schema_version LIMIT 1").fetchone()
     return {"schema_version": int(version[0]) if version else None, "prior_version": prior, **fts}
 
-
-def json_dumps(value: Any) -> str:
-    """JSON with the reference store's formatting (``json.dumps`` defaults)."""
-    return json.dumps(value)

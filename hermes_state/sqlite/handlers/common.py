@@ -55,43 +55,16 @@ def holder_process_is_dead(holder: str) -> bool:
         return False
 
 
-_GUARD_SQL = """
-SELECT
-    (SELECT holder FROM compression_locks WHERE session_id = ?1 AND expires_at > ?2),
-    (SELECT end_reason FROM sessions WHERE id = ?1 AND ended_at IS NOT NULL),
-    EXISTS (SELECT 1 FROM sessions WHERE id = ?1)
-"""
-
-
-def check_append_allowed(conn: Any, session_id: str, holder: str | None, now: float, *, lease: bool = True) -> bool:
-    """Enforce the append admission guards; returns whether the session exists.
-
-    Another writer's live compression lease raises
-    SessionCompressionInProgressError (the facade retries it for a while);
-    a session closed by compression raises CompressionSessionClosedError.
-    """
-    lease_holder, end_reason, exists = conn.execute(_GUARD_SQL, (session_id, now)).fetchone()
-    # Closed first: waiting out a lease on a session that can never take the
-    # append again would only delay the error that tells the caller where to go.
-    if end_reason == "compression":
-        raise CompressionSessionClosedError(session_id)
-    if (
-        lease
-        and lease_holder is not None
-        and lease_holder != holder
-        and not holder_process_is_dead(lease_holder)  # a killed holder's lease no longer blocks
-    ):
-        raise SessionCompressionInProgressError(session_id)
-    return bool(exists)
-
-
 def append_verdicts(
     conn: Any, keys: list[tuple[str, str | None]], now: float
 ) -> dict[tuple[str, str | None], BaseException | None]:
-    """The admission guards of :func:`check_append_allowed` for many (session, holder) pairs.
+    """The append admission guards for each (session, holder) pair, in two queries for the set.
 
-    Two queries for the whole set instead of one per append; the verdict is
-    None when the append may go ahead, else the exception its caller gets.
+    The verdict is None when the append may go ahead, else the exception its
+    caller gets: CompressionSessionClosedError for a session closed by
+    compression, SessionCompressionInProgressError for another live holder's
+    lease (the facade retries it for a while), SessionNotFoundError for an
+    unknown session.
     """
     ids = sorted({session_id for session_id, _ in keys})
     sessions: dict[str, Any] = {}
@@ -111,6 +84,9 @@ def append_verdicts(
     verdicts: dict[tuple[str, str | None], BaseException | None] = {}
     for session_id, holder in keys:
         lease_holder = leases.get(session_id)
+        # Closed first: waiting out a lease on a session that can never take the
+        # append again would only delay the error that tells the caller where to go.
+        # A lease whose holder process is dead blocks no one.
         if sessions.get(session_id) == "compression":
             verdicts[(session_id, holder)] = CompressionSessionClosedError(session_id)
         elif lease_holder is not None and lease_holder != holder and not holder_process_is_dead(lease_holder):

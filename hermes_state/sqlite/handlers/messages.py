@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 from ...commands.messages import AppendMessages, MessageRow, ReplaceMessages
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
-from .common import append_verdicts, check_append_allowed
+from .common import append_verdicts
 from .registry import handles, handles_bulk
 
 INSERT_MESSAGE_SQL = """
@@ -42,8 +42,10 @@ def insert_rows(conn: Any, session_id: str, rows: Iterable[MessageRow]) -> tuple
 
 @handles(AppendMessages)
 def append_messages(conn: Any, cmd: AppendMessages) -> int:
-    if not check_append_allowed(conn, cmd.session_id, cmd.compression_lock_holder, time.time()):
-        raise SessionNotFoundError(cmd.session_id)
+    verdict = append_verdicts(conn, [(cmd.session_id, cmd.compression_lock_holder)], time.time())
+    refusal = next(iter(verdict.values()))
+    if refusal is not None:
+        raise refusal
     if cmd.want_id and len(cmd.rows) == 1:
         row = cmd.rows[0]
         cur = conn.execute(INSERT_MESSAGE_SQL, row_params(cmd.session_id, row))
