@@ -56,7 +56,7 @@ from ..commands.maintenance import (
     Vacuum,
 )
 from ..config import load_config
-from ..encoding import encode_message_dicts, scrub_surrogates
+from ..encoding import encode_message_dicts, prompt_hash, scrub_surrogates
 from ..errors import SessionExportTooLargeError, StoreClosedError
 from ..facade import StoreBase, opt_text, require_id, rows_size
 from .listing import finite_number, flag_arg, int_arg
@@ -656,8 +656,6 @@ class MaintenanceMethods(StoreBase):
         except _ImportProblem as problem:
             problem.session_id = session_id
             raise
-        from ..encoding import prompt_hash
-
         entry = ImportedSession(
             index=index,
             session_id=scrub_surrogates(session_id),
