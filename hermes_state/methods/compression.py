@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from ..commands.compression import (
     SetCompressionCounter,
 )
 from ..encoding import encode_message_dicts, hashed_prompt
+from ..errors import DatabaseError
 from ..facade import StoreBase, opt_number, opt_text, require_id, rows_size
 
 __all__ = ["CompressionMethods"]
@@ -92,7 +92,7 @@ class CompressionMethods(StoreBase):
         command = AcquireCompressionLock(session_id=session_id, holder=holder, ttl_seconds=_ttl(ttl_seconds))
         try:
             acquired, reclaimed = await self._write(command)
-        except sqlite3.Error as exc:
+        except DatabaseError as exc:
             log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, exc)
             return False
         if reclaimed:
@@ -109,7 +109,7 @@ class CompressionMethods(StoreBase):
         command = RefreshCompressionLock(session_id=session_id, holder=holder, ttl_seconds=_ttl(ttl_seconds))
         try:
             return bool(await self._write(command))
-        except sqlite3.Error as exc:
+        except DatabaseError as exc:
             log.warning("refresh_compression_lock(%s) failed: %s", session_id, exc)
             return False
 
@@ -119,7 +119,7 @@ class CompressionMethods(StoreBase):
             return
         try:
             await self._write(ReleaseCompressionLock(session_id=session_id, holder=holder))
-        except sqlite3.Error as exc:
+        except DatabaseError as exc:
             log.warning("release_compression_lock(%s) failed: %s", session_id, exc)
 
     async def get_compression_lock_holder(self, session_id: str) -> str | None:
