@@ -40,8 +40,12 @@ def is_disconnect(exc: BaseException) -> bool:
 
 
 def to_store_error(exc: BaseException) -> BaseException:
-    """Constraint violations become ``IntegrityError`` worded like SQLite's; others pass through."""
+    """Constraint violations become ``IntegrityError`` worded like SQLite's; NUL in text a ValueError; others pass through."""
     state = _sqlstate(exc)
+    if state == "22021":  # character_not_in_repertoire: TEXT cannot hold NUL
+        err = ValueError(f"PostgreSQL text columns cannot store NUL characters ({exc})")
+        err.__cause__ = exc
+        return err
     word = _CONSTRAINT_WORDS.get(state)
     if word is None:
         return exc
