@@ -35,8 +35,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 _REPO = Path(__file__).resolve().parent.parent
 if str(_REPO) not in sys.path:

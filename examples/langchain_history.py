@@ -19,12 +19,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
-from hermes_state import SessionDB  # noqa: E402
-from hermes_state.integrations.langchain import HermesChatMessageHistory  # noqa: E402
-from hermes_state.integrations.loop_thread import LoopThread  # noqa: E402
+from hermes_state import SessionDB
+from hermes_state.integrations.langchain import HermesChatMessageHistory
+from hermes_state.integrations.loop_thread import LoopThread
 
 
 async def turn(history: HermesChatMessageHistory, model: FakeMessagesListChatModel, text: str) -> BaseMessage:

@@ -20,11 +20,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage, function_tool  # noqa: E402
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage, function_tool
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 
-from hermes_state import SessionDB  # noqa: E402
-from hermes_state.integrations.openai_agents import HermesSession  # noqa: E402
+from hermes_state import SessionDB
+from hermes_state.integrations.openai_agents import HermesSession
 
 
 class OfflineModel(Model):

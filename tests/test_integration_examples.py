@@ -11,7 +11,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def run_example(name: str, home: Path) -> str:
     proc = subprocess.run([sys.executable, str(EXAMPLES / name), "--home", str(home)],
-                          capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (home / "state.db").exists()
     return proc.stdout

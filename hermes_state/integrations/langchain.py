@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "hermes_state.integrations.langchain needs langchain-core: pip install 'hermes-state[langchain]'"
     ) from exc
 
-__all__ = ["HermesChatMessageHistory", "MESSAGE_KEY", "message_to_row", "row_to_message"]
+__all__ = ["MESSAGE_KEY", "HermesChatMessageHistory", "message_to_row", "row_to_message"]
 
 # The display_metadata key that holds ``message_to_dict(message)``.
 MESSAGE_KEY = "langchain_message"

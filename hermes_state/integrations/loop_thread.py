@@ -54,7 +54,7 @@ class LoopThread:
     def __enter__(self) -> LoopThread:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'hermes-state[openai-agents]'"
     ) from exc
 
-__all__ = ["HermesSession", "ITEM_KEY", "item_to_message", "message_to_item"]
+__all__ = ["ITEM_KEY", "HermesSession", "item_to_message", "message_to_item"]
 
 # The display_metadata key that holds the SDK item exactly as it was added.
 ITEM_KEY = "openai_agents_item"
