@@ -24,6 +24,9 @@ from hermes_state.integrations.loop_thread import LoopThread
 
 from .adapter_support import reopen
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 def conversation() -> list[BaseMessage]:
     return [

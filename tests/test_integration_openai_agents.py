@@ -24,6 +24,9 @@ from hermes_state.integrations.openai_agents import HermesSession
 
 from .adapter_support import SDK_ITEMS, reopen
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 def items() -> list[dict[str, Any]]:
     return copy.deepcopy(SDK_ITEMS)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...commands.messages import AppendMessages, ReplaceMessages
+from ...commands.messages import AppendMessages, PopMessage, ReplaceMessages
+from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
+from ..queries.core import MESSAGE_SELECT, message_dict
 from .common import append_refusals, insert_messages
 from .registry import handles, handles_bulk
 
@@ -60,3 +62,30 @@ async def replace_messages(conn: Any, cmd: ReplaceMessages) -> None:
         "UPDATE sessions SET message_count = $1, tool_call_count = $2 WHERE id = $3",
         len(cmd.rows), sum(r.tool_call_count for r in cmd.rows), cmd.session_id,
     )
+
+
+@handles(PopMessage)
+async def pop_message(conn: Any, cmd: PopMessage) -> dict[str, Any] | None:
+    # The append guards apply: removing rows under someone else's compaction
+    # would desynchronise the summary it is writing.
+    verdicts = await append_refusals(conn, [(cmd.session_id, None)], time.time())
+    refusal = next(iter(verdicts.values()))
+    if isinstance(refusal, SessionNotFoundError):
+        return None
+    if refusal is not None:
+        raise refusal
+    record = await conn.fetchrow(
+        f"DELETE FROM messages WHERE id = (SELECT id FROM messages WHERE session_id = $1 AND active = 1 "
+        f"ORDER BY id DESC LIMIT 1) RETURNING {MESSAGE_SELECT}",
+        cmd.session_id,
+    )
+    if record is None:
+        return None
+    row = message_dict(record)
+    _, calls = encode_tool_calls(row["tool_calls"])
+    await conn.execute(
+        "UPDATE sessions SET message_count = GREATEST(COALESCE(message_count, 0) - 1, 0), "
+        "tool_call_count = GREATEST(COALESCE(tool_call_count, 0) - $1, 0) WHERE id = $2",
+        calls, cmd.session_id,
+    )
+    return decode_message_row(row)
