@@ -5,4 +5,4 @@ from __future__ import annotations
 from hermes_state.postgres import PoolTimeoutError, SessionDB
 from hermes_state.postgres.schema import SCHEMA_VERSION
 
-__all__ = ["SessionDB", "PoolTimeoutError", "SCHEMA_VERSION"]
+__all__ = ["SCHEMA_VERSION", "PoolTimeoutError", "SessionDB"]

@@ -8,7 +8,8 @@ the decorators, and its writer and reader look entries up here.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from .commands.base import Command
 

@@ -13,7 +13,11 @@ import os
 import re
 from pathlib import Path
 
-from .errors import CompressionSessionClosedError, SessionCompressionInProgressError, SessionNotFoundError
+from .errors import (
+    CompressionSessionClosedError,
+    SessionCompressionInProgressError,
+    SessionNotFoundError,
+)
 
 __all__ = ["RESET_REASONS", "append_refusal", "holder_process_is_dead", "merged_model_config"]
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest

@@ -10,7 +10,12 @@ import yaml
 
 from hermes_state.errors import ConfigError
 from hermes_state.postgres import SessionDB
-from hermes_state.postgres.config import ConnectArgs, PostgresConfig, load_postgres_config, parse_postgres_config
+from hermes_state.postgres.config import (
+    ConnectArgs,
+    PostgresConfig,
+    load_postgres_config,
+    parse_postgres_config,
+)
 
 pytestmark = pytest.mark.backends("postgres")
 

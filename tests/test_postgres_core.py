@@ -18,7 +18,13 @@ from hermes_state import SessionNotFoundError
 from hermes_state.commands import AppendMessages, SetMeta
 from hermes_state.encoding import encode_message_dicts
 from hermes_state.postgres import PoolTimeoutError, SessionDB
-from hermes_state.postgres.schema import FOREIGN_KEYS, INDEXES, SCHEMA_VERSION, SEARCH_DOCUMENT, TABLES
+from hermes_state.postgres.schema import (
+    FOREIGN_KEYS,
+    INDEXES,
+    SCHEMA_VERSION,
+    SEARCH_DOCUMENT,
+    TABLES,
+)
 
 from .postgres_support import admin_connect
 

@@ -15,4 +15,4 @@ from __future__ import annotations
 from .pool import PoolTimeoutError
 from .store import SessionDB
 
-__all__ = ["SessionDB", "PoolTimeoutError"]
+__all__ = ["PoolTimeoutError", "SessionDB"]

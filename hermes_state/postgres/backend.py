@@ -11,8 +11,9 @@ server that comes back, a fixed config file).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..backend import Outcome
 from ..commands.base import Command
@@ -35,7 +36,7 @@ READ_ONLY_MESSAGE = "read-only PostgreSQL SessionDB"
 def load_driver() -> Any:
     """Import asyncpg, or raise ImportError naming the ``postgres`` extra."""
     try:
-        import asyncpg
+        import asyncpg  # type: ignore[import-untyped]
     except ImportError as exc:
         raise ImportError(
             "the PostgreSQL SessionDB needs asyncpg: install the 'postgres' extra (pip install 'hermes-state[postgres]')"
@@ -46,7 +47,7 @@ def load_driver() -> Any:
 class PostgresReader:
     """Runs named read queries on pooled connections, each in one read-only snapshot."""
 
-    def __init__(self, backend: "PostgresBackend") -> None:
+    def __init__(self, backend: PostgresBackend) -> None:
         self._backend = backend
 
     async def query(self, name: str, *args: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..encoding import JSON_CONTENT_PREFIX
 
-__all__ = ["TEXT", "JSON", "BYTES", "INT", "FLOAT", "NUL_TEXT", "to_columns", "from_columns"]
+__all__ = ["BYTES", "FLOAT", "INT", "JSON", "NUL_TEXT", "TEXT", "from_columns", "to_columns"]
 
 TEXT, JSON, BYTES, INT, FLOAT, NUL_TEXT = 0, 1, 2, 3, 4, 5
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["SCHEME", "validate_dsn", "redact_dsn", "asyncpg_dsn", "endpoint"]
+__all__ = ["SCHEME", "asyncpg_dsn", "endpoint", "redact_dsn", "validate_dsn"]
 
 SCHEME = "postgresql+asyncpg://"
 

@@ -30,7 +30,7 @@ def is_busy(exc: BaseException) -> bool:
 
 def is_disconnect(exc: BaseException) -> bool:
     """True when the connection is gone (it must be replaced, not reused)."""
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped]
 
     state = _sqlstate(exc)
     return (
@@ -42,15 +42,14 @@ def is_disconnect(exc: BaseException) -> bool:
 def to_store_error(exc: BaseException) -> BaseException:
     """Constraint violations become ``IntegrityError`` worded like SQLite's; NUL in text a ValueError; others pass through."""
     state = _sqlstate(exc)
+    err: Exception
     if state == "22021":  # character_not_in_repertoire: TEXT cannot hold NUL
         err = ValueError(f"PostgreSQL text columns cannot store NUL characters ({exc})")
-        err.__cause__ = exc
-        return err
-    word = _CONSTRAINT_WORDS.get(state)
-    if word is None:
+    elif state in _CONSTRAINT_WORDS:
+        where = getattr(exc, "constraint_name", None) or getattr(exc, "table_name", None) or "?"
+        err = IntegrityError(f"{_CONSTRAINT_WORDS[state]} constraint failed: {where} ({getattr(exc, 'detail', None) or exc})")
+    else:
         return exc
-    where = getattr(exc, "constraint_name", None) or getattr(exc, "table_name", None) or "?"
-    err = IntegrityError(f"{word} constraint failed: {where} ({getattr(exc, 'detail', None) or exc})")
     err.__cause__ = exc
     return err
 

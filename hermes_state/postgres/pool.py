@@ -23,13 +23,14 @@ only replaces connections it already knows are closed).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from .config import PostgresConfig
 from .errors import unavailable
 
-__all__ = ["PoolTimeoutError", "ConnectionPool", "UNBOUNDED"]
+__all__ = ["UNBOUNDED", "ConnectionPool", "PoolTimeoutError"]
 
 # asyncpg needs a number; this stands for "no limit" (max_overflow -1 or pool_size 0).
 UNBOUNDED = 10_000
@@ -55,7 +56,7 @@ class ConnectionPool:
 
     async def open(self) -> None:
         """Create the (empty) pool; no connection is made until the first checkout."""
-        import asyncpg
+        import asyncpg  # type: ignore[import-untyped]
 
         recycle = self._config.pool_recycle
         self._pool = await asyncpg.create_pool(

@@ -20,15 +20,15 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "MIGRATION_LOCK_KEY",
-    "TABLES",
-    "INDEXES",
     "FOREIGN_KEYS",
+    "INDEXES",
+    "MIGRATION_LOCK_KEY",
+    "SCHEMA_VERSION",
     "SEARCH_DOCUMENT",
     "SEARCH_INDEX",
-    "ensure_schema",
+    "TABLES",
     "check_schema_read_only",
+    "ensure_schema",
 ]
 
 SCHEMA_VERSION = 25
@@ -230,7 +230,7 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
 
 async def check_schema_read_only(conn: Any) -> dict[str, Any]:
     """Validate a read-only store's connection and schema version without writing; returns facts."""
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped]
 
     async with conn.transaction(readonly=True):
         if await conn.fetchval("SHOW transaction_read_only") != "on":

@@ -19,7 +19,8 @@ A batch of one command needs no savepoint: the transaction is its savepoint.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..backend import Outcome
 from ..commands.base import Command

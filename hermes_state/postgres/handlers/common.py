@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ...commands.messages import MessageRow
 from ...errors import SessionNotFoundError
@@ -12,12 +13,12 @@ from ..content import to_columns
 
 __all__ = [
     "MESSAGE_COLUMNS",
+    "append_refusals",
     "compact_json",
     "gc_prompts",
-    "store_prompt",
-    "require_session",
-    "append_refusals",
     "insert_messages",
+    "require_session",
+    "store_prompt",
 ]
 
 GC_PROMPTS_SQL = (

@@ -8,7 +8,8 @@ A bulk handler is ``async def bulk(conn, commands) -> list[(ok, value)]``.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ...registry import HandlerRegistry
 
