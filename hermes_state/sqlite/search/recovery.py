@@ -22,19 +22,32 @@ __all__ = ["apply_with_fts_recovery", "is_fts_corruption_error", "recover_fts"]
 log = logging.getLogger("hermes_state.sqlite.search")
 
 Outcome = tuple[bool, Any]
+SQLITE_CORRUPT = 11  # primary result code; extended codes keep it in the low byte
 # A writer connection retries a corrupt-index write at most this many times
 # per batch (one in-place rebuild, then one detach).
 MAX_RECOVERIES = 2
 
 
 def is_fts_corruption_error(exc: BaseException) -> bool:
-    """True for errors that mean a damaged FTS index (or schema) rather than bad input."""
+    """True for errors that mean a damaged FTS index (or schema) rather than bad input.
+
+    Besides the spec's wording, older SQLite (3.40) reports a damaged FTS5
+    structure record as ``vtable constructor failed: messages_fts`` (code
+    SQLITE_CORRUPT_VTAB); that form counts too.
+    """
     text = str(exc).lower()
     return (
         "malformed database schema" in text
         or "database disk image is malformed" in text
         or ("fts5" in text and "corrupt" in text)
+        or ("vtable constructor failed: messages_fts" in text and _is_corrupt_code(exc))
     )
+
+
+def _is_corrupt_code(exc: BaseException) -> bool:
+    # Python 3.10 has no error codes on exceptions; the message alone decides there.
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is None or code & 0xFF == SQLITE_CORRUPT
 
 
 def _rebuild_tried(conn: Any) -> bool:
