@@ -183,7 +183,12 @@ def shape_preview(raw: Any) -> str:
     if text.startswith(JSON_CONTENT_PREFIX):
         # Structured (multimodal) content: its text parts, or a placeholder when
         # there are none or the excerpt cut the JSON short (inline images).
-        text = _multimodal_text(decode_content(text)) or "[multimodal content]"
+        # A decoded string is a user's text that happened to begin with the marker.
+        value = decode_content(text)
+        if isinstance(value, str) and value != text:
+            text = value
+        else:
+            text = _multimodal_text(value) or "[multimodal content]"
         text = " ".join(text.split())[:PREVIEW_HEAD]
     text = text.strip()
     if not text:
