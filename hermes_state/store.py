@@ -32,7 +32,7 @@ from .commands import (
 )
 from .encoding import encode_message_args, encode_message_dicts, hashed_prompt
 from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
-from .limits import json_text
+from .limits import int64_arg, json_text
 from .methods.compression import CompressionMethods
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
@@ -245,9 +245,7 @@ class CoreMethods(StoreBase):
         session_id = require_id(session_id)
         holder = opt_text(compression_lock_holder, "compression_lock_holder")
         if chunk_rows is not None:
-            if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int):
-                raise TypeError(f"chunk_rows must be an int or None, not {type(chunk_rows).__name__}")
-            if chunk_rows <= 0:
+            if int64_arg(chunk_rows, "chunk_rows") <= 0:
                 raise ValueError("chunk_rows must be positive")
         rows = encode_message_dicts(messages)
         if not rows:

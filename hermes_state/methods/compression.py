@@ -236,11 +236,10 @@ class CompressionMethods(StoreBase):
         if max_messages is None:
             await self._ensure_open()
             return self._max_resume_messages()
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
-            raise TypeError(f"max_messages must be an int or None, not {type(max_messages).__name__}")
-        if max_messages < 0:
+        value = int64_arg(max_messages, "max_messages")
+        if value < 0:
             raise ValueError("max_messages must be non-negative")
-        return max_messages
+        return value
 
     async def get_resume_message_count(self, session_id: str) -> int:
         """Return how many active rows a full resume loads (the session plus all its ancestors)."""

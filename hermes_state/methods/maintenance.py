@@ -405,6 +405,9 @@ class MaintenanceMethods(StoreBase):
         """
         result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
         try:
+            for name, value in (("retention_days", retention_days), ("min_interval_hours", min_interval_hours),
+                                ("min_vacuum_interval_days", min_vacuum_interval_days)):
+                finite_number(value, name)  # reported under the caller's names
             now = time.time()
             if self._recently(await self.get_meta("last_auto_prune"), now, min_interval_hours * 3600.0):
                 result["skipped"] = True
@@ -434,6 +437,9 @@ class MaintenanceMethods(StoreBase):
         """
         result: dict[str, Any] = {"skipped": False, "archived": 0}
         try:
+            if idle_days is not None:
+                finite_number(idle_days, "idle_days")
+            finite_number(min_interval_hours, "min_interval_hours")
             now = time.time()
             if self._recently(await self.get_meta("last_auto_archive"), now, min_interval_hours * 3600.0):
                 result["skipped"] = True
@@ -475,7 +481,8 @@ class MaintenanceMethods(StoreBase):
         """
         session_id = require_id(session_id)
         limit = self._export_limit(max_messages)
-        count = await self._query("active_message_count", session_id, limit + 1 if limit else None)
+        bound = min(limit, INT64_MAX - 1) + 1 if limit else None  # one past the limit, still a 64-bit int
+        count = await self._query("active_message_count", session_id, bound)
         if limit and count > limit:
             raise SessionExportTooLargeError(session_id, count, limit)
         return int(count)
