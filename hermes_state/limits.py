@@ -56,8 +56,9 @@ def finite_arg(value: Any, name: str) -> float:
         raise TypeError(f"{name} must be a number, not {type(value).__name__}")
     try:
         result = float(value)
-    except OverflowError:
-        raise ValueError(f"{name} must be a finite number within the float range; got {_short(value)}") from None
+    except OverflowError:  # only an int can be too large for a float
+        got = _short(value) if isinstance(value, int) else repr(value)
+        raise ValueError(f"{name} must be a finite number within the float range; got {got}") from None
     if not math.isfinite(result):
         raise ValueError(f"{name} must be a finite number (NaN and infinities are refused); got {value!r}")
     return result
@@ -109,6 +110,31 @@ def _walk(value: Any, depth: int, path: list[str]) -> None:
     raise _Refused(path, f"a value of type {type(value).__name__} cannot be stored (not a JSON value{hint})", TypeError)
 
 
+def _plainly_valid(value: Any, depth: int) -> bool:
+    """Fast path over exact builtin types; False means "look closer", not "invalid"."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return INT64_MIN <= value <= INT64_MAX
+    if kind is float:
+        return value - value == 0.0  # NaN and infinities give NaN
+    if depth >= MAX_JSON_DEPTH:
+        return False
+    depth += 1
+    if kind is list:
+        for item in value:
+            if not _plainly_valid(item, depth):
+                return False
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not _plainly_valid(item, depth):
+                return False
+        return True
+    return False
+
+
 def check_json_value(value: Any, name: str) -> None:
     """Refuse anything that would not come back from JSON exactly as given.
 
@@ -117,8 +143,10 @@ def check_json_value(value: Any, name: str) -> None:
     :data:`MAX_JSON_DEPTH` levels. The error names ``name`` and the path to
     the offending part, e.g. ``tool_calls[0]['function']``.
     """
+    if _plainly_valid(value, 0):
+        return
     try:
-        _walk(value, 0, [])
+        _walk(value, 0, [])  # the careful walk, which also names the path to the problem
     except _Refused as refused:
         raise refused.kind(f"{name}{refused.where}: {refused}") from None
 
