@@ -102,7 +102,7 @@ async def test_config_is_read_at_first_call_and_fixed_for_the_store(pg_dsn: str,
         _write(hermes_home, {"pool_size": 8})
         await db.get_session("s")
         backend = db._backend  # type: ignore[attr-defined]
-        assert backend.config.pool_size == 3
+        assert backend.pg_config.pool_size == 3
         async with backend.pool.acquire() as conn:
             assert await conn.fetchval("SHOW application_name") == "hermes-a"
     finally:
@@ -118,7 +118,7 @@ async def test_a_failed_config_is_not_kept(pg_dsn: str, hermes_home: Path) -> No
         assert db._backend.pool is None  # type: ignore[attr-defined]
         _write(hermes_home, {"pool_size": 3})
         assert await db.get_session("s") is None
-        assert db._backend.config.pool_size == 3  # type: ignore[attr-defined]
+        assert db._backend.pg_config.pool_size == 3  # type: ignore[attr-defined]
     finally:
         await db.close()
 
@@ -133,6 +133,6 @@ async def test_profile_is_captured_at_construction(pg_dsn: str, tmp_path: Path, 
     monkeypatch.setenv("HERMES_HOME", str(profile_b))
     try:
         await db.get_session("s")
-        assert db._backend.config.pool_size == 2  # type: ignore[attr-defined]
+        assert db._backend.pg_config.pool_size == 2  # type: ignore[attr-defined]
     finally:
         await db.close()

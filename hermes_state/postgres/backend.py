@@ -17,6 +17,7 @@ from typing import Any
 
 from ..backend import Outcome
 from ..commands.base import Command
+from ..config import StoreConfig, load_config
 from ..errors import StoreClosedError
 from .config import PostgresConfig, load_postgres_config
 from .dsn import asyncpg_dsn, endpoint, redact_dsn
@@ -68,7 +69,10 @@ class PostgresBackend:
         self.dsn = dsn
         self.read_only = read_only
         self.home = home
-        self.config = PostgresConfig()
+        # ``config`` is the whole profile config (method groups read its ``sessions``
+        # section, as on SQLite); ``pg_config`` is its ``database.postgres`` part.
+        self.config = StoreConfig()
+        self.pg_config = PostgresConfig()
         self.reader = PostgresReader(self)
         self.pool: ConnectionPool | None = None
         self._writer_conn: Any = None
@@ -76,7 +80,7 @@ class PostgresBackend:
         self._endpoint = endpoint(dsn)
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        return self.config.connect_kwargs(read_only=self.read_only)
+        return self.pg_config.connect_kwargs(read_only=self.read_only)
 
     async def _connect_writer(self) -> Any:
         asyncpg = load_driver()
@@ -87,9 +91,10 @@ class PostgresBackend:
 
     async def open(self) -> None:
         load_driver()
-        self.config = load_postgres_config(self.home)
+        self.config = load_config(self.home)
+        self.pg_config = load_postgres_config(self.home)
         try:
-            self.pool = ConnectionPool(asyncpg_dsn(self.dsn), self.config, self._connect_kwargs(), self._endpoint)
+            self.pool = ConnectionPool(asyncpg_dsn(self.dsn), self.pg_config, self._connect_kwargs(), self._endpoint)
             await self.pool.open()
             if self.read_only:
                 async with self.pool.acquire() as conn:
