@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -372,6 +373,18 @@ async def test_token_counters_saturate_and_stay_integers(store: SessionDB) -> No
     assert (await store.get_session("t") or {})["input_tokens"] == INT64_MAX - 1
 
 
+async def test_costs_saturate_at_the_largest_double(store: SessionDB) -> None:
+    big = 1.5e308
+    await store.update_token_counts("s", estimated_cost_usd=big, actual_cost_usd=-big)
+    await store.update_token_counts("s", estimated_cost_usd=big, actual_cost_usd=-big)
+    for _ in range(2):
+        await store.queue_token_counts("t", estimated_cost_usd=big)
+    await store.flush_token_counts()
+    session = await store.get_session("s") or {}
+    assert (session["estimated_cost_usd"], session["actual_cost_usd"]) == (sys.float_info.max, -sys.float_info.max)
+    assert (await store.get_session("t") or {})["estimated_cost_usd"] == sys.float_info.max
+
+
 async def test_usage_ledger_saturates_too(db_path: Path) -> None:
     async with SessionDB(db_path) as db:
         for _ in range(2):
@@ -383,3 +396,9 @@ async def test_usage_ledger_saturates_too(db_path: Path) -> None:
             "FROM session_model_usage ORDER BY task"
         ).fetchall()
     assert rows == [("", INT64_MAX, INT64_MAX, 0, "integer", "integer"), ("title", 2, 0, INT64_MAX, "integer", "integer")]
+    async with SessionDB(db_path) as db:
+        for _ in range(2):
+            await db.update_token_counts("s", model="m", input_tokens=1, estimated_cost_usd=1.5e308)
+    with sqlite3.connect(db_path) as conn:
+        (cost,) = conn.execute("SELECT estimated_cost_usd FROM session_model_usage WHERE task = ''").fetchone()
+    assert cost == sys.float_info.max
