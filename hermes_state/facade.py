@@ -204,6 +204,10 @@ class StoreBase:
         """
         if self.read_only:
             raise self._backend.readonly_error()
+        # A damaged file takes no more writes (backends without that check have no such method).
+        refusal = getattr(self._backend, "write_refusal", lambda: None)()
+        if refusal is not None:
+            raise refusal
         if during_close:
             if not self._opened:
                 raise StoreClosedError()
