@@ -17,8 +17,9 @@ than one large compiled statement per distinct row count.
 from __future__ import annotations
 
 import functools
+from itertools import islice
 from operator import attrgetter, itemgetter
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ...commands.messages import MessageRow
 from ..driver import sqlite_version_info
@@ -109,20 +110,22 @@ def _insert_chunk(conn: Any, chunk: Sequence[tuple[Any, ...]], returning: bool) 
 
 
 def insert_message_rows(
-    conn: Any, rows: Sequence[tuple[str, MessageRow]], *, returning: bool = False
+    conn: Any, rows: Iterable[tuple[str, MessageRow]], total: int, *, returning: bool = False
 ) -> list[int]:
-    """Insert ``(session_id, row)`` pairs in list order with as few statements as the limits allow.
+    """Insert ``total`` ``(session_id, row)`` pairs in order with as few statements as the limits allow.
 
-    Returns the new row ids in list order when ``returning`` is set, else an
-    empty list. Ids are read back with ``RETURNING`` and sorted: one statement
-    inserts its rows in ``VALUES`` order and ``AUTOINCREMENT`` ids only grow,
-    so the sorted ids follow the list.
+    Parameters are built one chunk at a time, so a huge batch never holds
+    more than one statement's values beside the rows themselves. Returns the
+    new row ids in order when ``returning`` is set, else an empty list. Ids
+    are read back with ``RETURNING`` and sorted: one statement inserts its
+    rows in ``VALUES`` order and ``AUTOINCREMENT`` ids only grow, so the
+    sorted ids follow the input.
     """
-    values = [(session_id, *_ROW_FIELDS(row)) for session_id, row in rows]
+    pairs = iter(rows)
     ids: list[int] = []
-    start = 0
-    for size in chunk_sizes(len(values)):
-        ids.extend(_insert_chunk(conn, values[start : start + size], returning))
-        start += size
+    for size in chunk_sizes(total):
+        chunk = [(session_id, *_ROW_FIELDS(row)) for session_id, row in islice(pairs, size)]
+        if len(chunk) != size:
+            raise ValueError(f"expected {total} message rows, got fewer")
+        ids.extend(_insert_chunk(conn, chunk, returning))
     return ids
-

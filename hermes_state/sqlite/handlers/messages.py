@@ -23,7 +23,7 @@ def insert_rows(conn: Any, session_id: str, rows: Sequence[MessageRow]) -> tuple
     """Insert encoded rows in order; returns (rows inserted, tool calls among them)."""
     if not rows:
         return 0, 0
-    insert_message_rows(conn, [(session_id, row) for row in rows])
+    insert_message_rows(conn, ((session_id, row) for row in rows), len(rows))
     return len(rows), sum(r.tool_call_count for r in rows)
 
 
@@ -33,7 +33,7 @@ def append_messages(conn: Any, cmd: AppendMessages) -> int:
     refusal = next(iter(verdict.values()))
     if refusal is not None:
         raise refusal
-    ids = insert_message_rows(conn, [(cmd.session_id, row) for row in cmd.rows], returning=cmd.want_id)
+    ids = insert_message_rows(conn, ((cmd.session_id, row) for row in cmd.rows), len(cmd.rows), returning=cmd.want_id)
     calls = sum(row.tool_call_count for row in cmd.rows)
     conn.execute(_COUNT_SQL, (len(cmd.rows), calls, cmd.session_id))
     return ids[-1] if cmd.want_id and ids else len(cmd.rows)
@@ -48,7 +48,6 @@ def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tupl
     """
     verdicts = append_verdicts(conn, [(c.session_id, c.compression_lock_holder) for c in commands], time.time())
     outcomes: list[tuple[bool, Any] | None] = [None] * len(commands)
-    pairs: list[tuple[str, MessageRow]] = []
     accepted: list[int] = []
     counts: dict[str, list[int]] = {}
     for index, cmd in enumerate(commands):
@@ -57,12 +56,13 @@ def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tupl
             outcomes[index] = (False, verdict)
             continue
         accepted.append(index)
-        pairs.extend((cmd.session_id, row) for row in cmd.rows)
         tally = counts.setdefault(cmd.session_id, [0, 0])
         tally[0] += len(cmd.rows)
         tally[1] += sum(row.tool_call_count for row in cmd.rows)
-    if pairs:
-        ids = insert_message_rows(conn, pairs, returning=any(commands[i].want_id for i in accepted))
+    total = sum(len(commands[i].rows) for i in accepted)
+    if total:
+        pairs = ((commands[i].session_id, row) for i in accepted for row in commands[i].rows)
+        ids = insert_message_rows(conn, pairs, total, returning=any(commands[i].want_id for i in accepted))
         end = 0
         for index in accepted:
             cmd = commands[index]
