@@ -48,7 +48,7 @@ def _json_object(text: str | None) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
         return None
     return value if isinstance(value, dict) else None
 
@@ -110,7 +110,7 @@ async def reopen_session(conn: Any, cmd: ReopenSession) -> None:
 def _valid_json(text: str) -> bool:
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
