@@ -20,8 +20,6 @@ import pytest
 
 from hermes_state import SessionDB
 
-from .postgres_support import server_dsn, store_dsn, temporary_schema
-
 # Copies of shared/fixtures live in the repo so a fresh clone passes on its own.
 FIXTURES = Path(os.environ.get("HERMES_FIXTURES", Path(__file__).resolve().parent / "fixtures"))
 
@@ -75,6 +73,8 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture
 async def pg_dsn() -> AsyncIterator[str]:
     """A ``postgresql+asyncpg://`` URL pinned to a fresh schema of its own, dropped after the test."""
+    from .postgres_support import server_dsn, store_dsn, temporary_schema
+
     admin = server_dsn()
     async for schema in temporary_schema(admin):
         yield store_dsn(admin, schema)
@@ -83,6 +83,8 @@ async def pg_dsn() -> AsyncIterator[str]:
 @pytest.fixture
 def pg_admin_dsn() -> str:
     """The server's ``postgresql://`` URL for raw asyncpg inspection (skips/fails like ``pg_dsn``)."""
+    from .postgres_support import server_dsn
+
     return server_dsn()
 
 
@@ -91,6 +93,8 @@ async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[
     """A fresh writable store on the parametrised backend, closed after the test."""
     if request.param == "postgres":
         from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+        from .postgres_support import server_dsn, store_dsn, temporary_schema
 
         admin = server_dsn()
         async for schema in temporary_schema(admin):

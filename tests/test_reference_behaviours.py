@@ -8,6 +8,9 @@ import pytest
 
 from hermes_state import SessionDB, SessionExportTooLargeError, SessionResumeTooLargeError
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 async def test_session_switch_reset_child_is_not_a_resume_target(store: SessionDB) -> None:
     await store.create_session("parent", "telegram", session_key="chat-1")

@@ -21,6 +21,9 @@ from hermes_state.encoding import encode_message_dicts
 from hermes_state.sqlite.driver import driver_module
 from hermes_state.sqlite.handlers.message_rows import MAX_ROWS_PER_STATEMENT, MESSAGE_COLUMNS, chunk_sizes
 
+# PostgreSQL: SQLite's write-path internals.
+pytestmark = pytest.mark.backends("sqlite")
+
 _PROBE_COLUMNS = ", ".join(f"typeof({c}), {c}" for c in MESSAGE_COLUMNS[1:])
 
 
