@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from hermes_state import SessionDB, SessionExportTooLargeError, SessionResumeTooLargeError
+from hermes_state import (
+    SessionDB,
+    SessionExportTooLargeError,
+    SessionResumeTooLargeError,
+)
 
 
 async def test_session_switch_reset_child_is_not_a_resume_target(store: SessionDB) -> None:

@@ -15,9 +15,9 @@ from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError
 from .damage import damaged_tables, is_malformed_error
-from .queries import query_for
 from .driver import driver_name, open_connection, run_on, sqlite_version_info
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
+from .queries import query_for
 from .safety import quarantine_zeroed_state_db, record_init_error
 from .schema import ensure_schema
 from .search.cjk import load_fts5_cjk_extension
