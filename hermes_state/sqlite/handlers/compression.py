@@ -64,7 +64,7 @@ def release_compression_lock(conn: Any, cmd: ReleaseCompressionLock) -> None:
 def _patched_config(stored: str | None, patch_json: str) -> str:
     try:
         config = json.loads(stored) if stored else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a stored config nested too deep to parse
         config = {}
     if not isinstance(config, dict):
         config = {}
