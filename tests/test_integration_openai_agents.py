@@ -66,6 +66,9 @@ async def test_limit_returns_the_latest_items_oldest_first(store: SessionDB) -> 
     limited = HermesSession("chat", store, session_settings=SessionSettings(limit=2))
     assert await limited.get_items() == SDK_ITEMS[-2:]
     assert await limited.get_items(limit=4) == SDK_ITEMS[-4:]
+    assert await HermesSession("chat", store, session_settings={"limit": 5}).get_items() == SDK_ITEMS[-5:]
+    with pytest.raises(TypeError, match="limitt"):
+        HermesSession("chat", store, session_settings={"limitt": 5})
 
 
 async def test_pop_removes_exactly_the_latest(store: SessionDB) -> None:
