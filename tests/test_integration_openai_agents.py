@@ -247,12 +247,14 @@ def get_weather(city: str) -> str:
     return f"{city}: 18 C, light breeze"
 
 
-async def test_runner_run_keeps_the_conversation_in_the_store(store: SessionDB) -> None:
+async def run_trip(store: SessionDB) -> tuple[HermesSession, list[Any], ScriptedModel]:
+    """Two ``Runner.run`` calls on one session: a reasoning + tool turn with a handoff, then a follow-up."""
     reasoning = ResponseReasoningItem(id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="check forecast")])
-    french = Agent(name="french_agent", instructions="Réponds en français.", model=ScriptedModel([
+    french_model = ScriptedModel([
         [say("Il fait 18 degrés à Paris.", "msg_fr")],
         [say("De rien !", "msg_fr2")],
-    ]))
+    ])
+    french = Agent(name="french_agent", instructions="Réponds en français.", model=french_model)
     triage_model = ScriptedModel([
         [reasoning, call("get_weather", '{"city": "Paris"}', "call_1")],
         [call("transfer_to_french_agent", "{}", "call_2")],
@@ -264,19 +266,26 @@ async def test_runner_run_keeps_the_conversation_in_the_store(store: SessionDB) 
     first = await Runner.run(triage, "Weather in Paris?", session=session, run_config=config)
     assert first.final_output == "Il fait 18 degrés à Paris."
     stored = await session.get_items()
+    second = await Runner.run(french, "Merci", session=session, run_config=config)
+    assert second.final_output == "De rien !"
+    return session, stored, french_model
+
+
+async def test_runner_run_keeps_the_conversation_in_the_store(store: SessionDB) -> None:
+    session, stored, french_model = await run_trip(store)
     kinds = [item.get("type", "message") for item in stored]
     assert kinds == ["message", "reasoning", "function_call", "function_call_output", "function_call",
                      "function_call_output", "message"]
     assert stored[0] == {"content": "Weather in Paris?", "role": "user"}
     assert stored[3]["output"] == "Paris: 18 C, light breeze"
     assert stored[4]["name"] == "transfer_to_french_agent"
-
-    # The next run starts from the stored history, item for item.
-    second = await Runner.run(french, "Merci", session=session, run_config=config)
-    assert second.final_output == "De rien !"
-    assert french.model.inputs[-1] == stored + [{"content": "Merci", "role": "user"}]  # type: ignore[union-attr]
+    # The second run started from the stored history, item for item.
+    assert french_model.inputs[-1] == stored + [{"content": "Merci", "role": "user"}]
     assert len(await session.get_items()) == len(stored) + 2
 
+
+async def test_runner_transcript_is_searchable(store: SessionDB) -> None:
+    await run_trip(store)
     hits = await store.search_messages("breeze")
     assert [(h["session_id"], h["role"]) for h in hits] == [("trip", "tool")]
     assert (await store.search_messages("degrés"))[0]["session_id"] == "trip"
