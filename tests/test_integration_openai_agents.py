@@ -136,6 +136,16 @@ async def test_fifty_concurrent_sessions_share_one_store(store: SessionDB) -> No
         assert [i["content"] for i in got] == [f"agent {n} turn {t}" for t in range(20) if t % 5 != 4]
 
 
+async def test_a_session_deleted_behind_the_adapter_is_started_again(store: SessionDB) -> None:
+    session = HermesSession("chat", store)
+    await session.add_items([{"role": "user", "content": "before"}])
+    assert await store.delete_session("chat")
+    await session.add_items([{"role": "user", "content": "after"}])
+    assert await session.get_items() == [{"role": "user", "content": "after"}]
+    row = await store.get_session("chat")
+    assert row is not None and row["source"] == "openai-agents"
+
+
 async def test_a_store_reopened_from_disk_has_every_item(store: SessionDB) -> None:
     await HermesSession("chat", store).add_items(items())
     await store.close()
