@@ -130,7 +130,10 @@ async def test_fifty_concurrent_sessions_share_one_store(store: SessionDB) -> No
             if turn % 5 == 4:
                 await session.pop_item()
 
+    batches_before = store._actor.batches
     await asyncio.gather(*(converse(n) for n in range(50)))
+    # 1,250 writes (sessions, appends, pops) from 50 sessions went through the one writer in shared commits.
+    assert store._actor.batches - batches_before < 1250 / 5
     for n in range(50):
         got = await HermesSession(f"agent-{n}", store).get_items()
         assert [i["content"] for i in got] == [f"agent {n} turn {t}" for t in range(20) if t % 5 != 4]
