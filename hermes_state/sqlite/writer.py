@@ -19,6 +19,7 @@ import logging
 from typing import Any, Sequence
 
 from ..commands.base import Command
+from .damage import is_malformed_error
 from .driver import to_stdlib_error
 from .handlers import BULK_HANDLERS, handler_for
 from .search.recovery import apply_with_fts_recovery
@@ -229,6 +230,13 @@ def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
         except _BulkEndedTransaction:
             bulk = False
         except _CommandEndedTransaction as failed:
-            outcomes[failed.position] = (False, to_stdlib_error(failed.error))
+            error = to_stdlib_error(failed.error)
+            outcomes[failed.position] = (False, error)
             positions = [p for p in positions if p != failed.position]
+            if is_malformed_error(error):
+                # Damaged pages: nothing more goes into the file until the damage
+                # is placed (an FTS index is recovered and the batch re-applied).
+                for pos in positions:
+                    outcomes[pos] = (False, error)
+                break
     return [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
