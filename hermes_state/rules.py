@@ -19,7 +19,17 @@ from .errors import (
     SessionNotFoundError,
 )
 
-__all__ = ["RESET_REASONS", "append_refusal", "holder_process_is_dead", "merged_model_config"]
+__all__ = [
+    "NUMBERED_TITLE",
+    "RESET_REASONS",
+    "TITLE_RANK",
+    "append_refusal",
+    "holder_process_is_dead",
+    "like_escape",
+    "merged_model_config",
+    "patched_model_config",
+    "title_rank",
+]
 
 # End reasons after which a child sharing the session_key is a reset continuation.
 RESET_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended", "resume_pending_expired")
@@ -89,3 +99,36 @@ def merged_model_config(stored: str | None, given: str | None) -> str | None:
         new["_reset_from"] = old["_reset_from"]
         return json.dumps(new)
     return stored
+
+
+def patched_model_config(stored: str | None, patch_json: str) -> str:
+    """``stored`` (an object, else ``{}``) with each key of ``patch_json`` set, or removed when null."""
+    try:
+        config = json.loads(stored) if stored else {}
+    except (ValueError, RecursionError):  # RecursionError: a stored config nested too deep to parse
+        config = {}
+    if not isinstance(config, dict):
+        config = {}
+    for key, value in json.loads(patch_json).items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return json.dumps(config)
+
+
+# Authority of a title's provenance; an automatic title never replaces an equal or higher one.
+TITLE_RANK = {"derived": 0, "llm": 1, "user": 2}
+
+# "<base> #<n>": the numbering compression rotations give continuation titles.
+NUMBERED_TITLE = re.compile(r"^(.*?) #(\d+)$", re.DOTALL)
+
+
+def title_rank(source: str | None) -> int:
+    """Rank of a stored title's provenance; a titled row without one predates it and was named by hand."""
+    return TITLE_RANK["user"] if source is None else TITLE_RANK.get(source, 0)
+
+
+def like_escape(text: str) -> str:
+    """``text`` as a literal LIKE pattern with ``\\`` as the escape character."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -20,8 +20,8 @@ from hermes_state import (
 )
 from hermes_state.sqlite.driver import driver_module
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
+from .raw_sql import raw_exec as store_exec
+from .raw_sql import raw_rows as store_rows
 
 
 def raw_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -48,24 +48,24 @@ async def seed(db: SessionDB, session_id: str = "s", turns: int = 4, **kwargs: A
 # ---------------------------------------------------------------------- leases
 
 
-async def test_acquire_is_exclusive_and_reacquire_does_not_extend(store: SessionDB, db_path: Path) -> None:
+async def test_acquire_is_exclusive_and_reacquire_does_not_extend(store: SessionDB) -> None:
     assert await store.try_acquire_compression_lock("s", "holder-a", ttl_seconds=60)
     assert not await store.try_acquire_compression_lock("s", "holder-b", ttl_seconds=60)
     assert await store.get_compression_lock_holder("s") == "holder-a"
-    (expires_before,) = raw_rows(db_path, "SELECT expires_at FROM compression_locks WHERE session_id = 's'")[0]
+    (expires_before,) = (await store_rows(store, "SELECT expires_at FROM compression_locks WHERE session_id = 's'"))[0]
     await asyncio.sleep(0.01)
     assert await store.try_acquire_compression_lock("s", "holder-a", ttl_seconds=600)
-    (expires_after,) = raw_rows(db_path, "SELECT expires_at FROM compression_locks WHERE session_id = 's'")[0]
+    (expires_after,) = (await store_rows(store, "SELECT expires_at FROM compression_locks WHERE session_id = 's'"))[0]
     assert expires_after == expires_before
     # Leases do not need the session to exist.
     assert await store.get_session("s") is None
 
 
-async def test_refresh_extends_only_for_the_owner(store: SessionDB, db_path: Path) -> None:
+async def test_refresh_extends_only_for_the_owner(store: SessionDB) -> None:
     assert await store.try_acquire_compression_lock("s", "a", ttl_seconds=1)
     assert not await store.refresh_compression_lock("s", "b", ttl_seconds=100)
     assert await store.refresh_compression_lock("s", "a", ttl_seconds=100)
-    (expires,) = raw_rows(db_path, "SELECT expires_at FROM compression_locks")[0]
+    (expires,) = (await store_rows(store, "SELECT expires_at FROM compression_locks"))[0]
     assert expires > time.time() + 90
     assert not await store.refresh_compression_lock("other", "a")
 
@@ -198,7 +198,7 @@ async def test_batch_append_is_guarded_too(store: SessionDB) -> None:
 # ----------------------------------------------------------------- compaction
 
 
-async def test_archive_and_compact_in_place(store: SessionDB, db_path: Path) -> None:
+async def test_archive_and_compact_in_place(store: SessionDB) -> None:
     old_ids = await seed(store, turns=6)
     summary = [
         {"role": "user", "content": "[CONTEXT SUMMARY]: six turns about kubernetes"},
@@ -217,13 +217,19 @@ async def test_archive_and_compact_in_place(store: SessionDB, db_path: Path) -> 
     archived = [m for m in everything if m["id"] in old_ids]
     assert [(m["active"], m["compacted"]) for m in archived] == [(0, 1)] * 6
     assert await store.message_count("s") == 8
-    # Archived rows stay in the full-text index (default search shows compacted history).
-    hits = {r[0] for r in raw_rows(db_path, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'kubernetes'")}
-    assert set(old_ids) <= hits
     # A second compaction archives the first summary too.
     assert await store.archive_and_compact("s", [{"role": "user", "content": "again"}]) == 1
     states = {m["content"]: (m["active"], m["compacted"]) for m in await store.get_messages("s", include_inactive=True)}
     assert states["ok"] == (0, 1) and states["again"] == (1, 0)
+
+
+@pytest.mark.backends("sqlite")  # inspects SQLite's FTS5 table; search of archived rows on PostgreSQL is search's
+async def test_archived_rows_stay_in_the_full_text_index(store: SessionDB, db_path: Path) -> None:
+    old_ids = await seed(store, turns=6)
+    await store.archive_and_compact("s", [{"role": "user", "content": "summary"}])
+    # Default search shows compacted history, so archived rows keep their index entries.
+    hits = {r[0] for r in raw_rows(db_path, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'kubernetes'")}
+    assert set(old_ids) <= hits
 
 
 async def test_compaction_double_encodes_string_sidecars(store: SessionDB) -> None:
@@ -273,12 +279,12 @@ async def test_failed_compaction_leaves_the_transcript_alone(store: SessionDB) -
 # --------------------------------------------------------------- publication
 
 
-async def test_publish_child_copies_identity_and_ends_parent(store: SessionDB, db_path: Path) -> None:
+async def test_publish_child_copies_identity_and_ends_parent(store: SessionDB) -> None:
     await seed(
         store, "p", turns=2, user_id="u1", session_key="k1", chat_id="c1", chat_type="dm", thread_id="t1",
         cwd="/work/a", profile_name="prof", git_repo_root="/work", origin_json='{"o": 1}', display_name="Ann",
     )
-    raw_exec(db_path, "UPDATE sessions SET git_branch = 'main' WHERE id = 'p'")
+    await store_exec(store, "UPDATE sessions SET git_branch = 'main' WHERE id = 'p'")
     assert await store.try_acquire_compression_lock("p", "h")
     handoff = [
         {"role": "user", "content": "summary"},

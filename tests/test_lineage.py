@@ -8,10 +8,7 @@ from pathlib import Path
 import pytest
 
 from hermes_state import SessionDB, SessionResumeTooLargeError
-from tests.test_compression import raw_exec
-
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
+from tests.raw_sql import raw_exec
 
 
 async def rotate(db: SessionDB, parent: str, child: str, *contents: str) -> None:
@@ -79,11 +76,11 @@ async def test_tip_and_resume_never_follow_forks(store: SessionDB, kind: str) ->
     assert await store.reopen_orphaned_compression_session("p")  # a fork is no continuation
 
 
-async def test_walks_survive_a_parent_cycle(store: SessionDB, db_path: Path) -> None:
+async def test_walks_survive_a_parent_cycle(store: SessionDB) -> None:
     await store.create_session("x", "cli")
     await rotate(store, "x", "y")
     await store.end_session("y", "compression")
-    raw_exec(db_path, "UPDATE sessions SET parent_session_id = 'y' WHERE id = 'x'")
+    await raw_exec(store, "UPDATE sessions SET parent_session_id = 'y' WHERE id = 'x'")
     assert await store.get_compression_tip("x") in {"x", "y"}
     assert set(await store.get_compression_lineage("x")) <= {"x", "y"}
     assert await store.get_conversation_root("x") in {"x", "y"}
@@ -195,9 +192,8 @@ async def test_resume_size_guard(store: SessionDB) -> None:
         await store.assert_resume_safe("c", max_messages=-1)
 
 
-async def test_resume_limit_comes_from_config(db_path: Path, hermes_home: Path) -> None:
+async def _resume_limit_from_config(db: SessionDB, hermes_home: Path) -> None:
     (hermes_home / "config.yaml").write_text("sessions:\n  max_resume_messages: 4\n")
-    db = SessionDB(db_path)
     try:
         await _two_segments(db)
         with pytest.raises(SessionResumeTooLargeError):
@@ -208,6 +204,16 @@ async def test_resume_limit_comes_from_config(db_path: Path, hermes_home: Path) 
         assert len(display) == 3 and len(model) == 3
     finally:
         await db.close()
+
+
+async def test_resume_limit_comes_from_config(db_path: Path, hermes_home: Path) -> None:
+    await _resume_limit_from_config(SessionDB(db_path), hermes_home)
+
+
+async def test_resume_limit_comes_from_config_on_postgres(pg_dsn: str, hermes_home: Path) -> None:
+    from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+    await _resume_limit_from_config(PostgresSessionDB(pg_dsn), hermes_home)
 
 
 # ----------------------------------------------------------- live child, orphans
@@ -228,13 +234,13 @@ async def test_find_live_compression_child(store: SessionDB) -> None:
     assert await store.find_live_compression_child("") is None
 
 
-async def test_reopen_orphaned_compression_session(store: SessionDB, db_path: Path) -> None:
+async def test_reopen_orphaned_compression_session(store: SessionDB) -> None:
     await store.create_session("p", "cli")
     assert not await store.reopen_orphaned_compression_session("p")  # still open
     await store.end_session("p", "compression")
     assert await store.try_acquire_compression_lock("p", "h", ttl_seconds=60)
     assert not await store.reopen_orphaned_compression_session("p")  # a live lease owns it
-    raw_exec(db_path, "UPDATE compression_locks SET expires_at = ? WHERE session_id = 'p'", (time.time() - 1,))
+    await raw_exec(store, "UPDATE compression_locks SET expires_at = ? WHERE session_id = 'p'", time.time() - 1)
     assert await store.reopen_orphaned_compression_session("p")
     session = await store.get_session("p")
     assert session is not None and session["ended_at"] is None and session["end_reason"] is None
@@ -248,7 +254,7 @@ async def test_reopen_orphaned_compression_session(store: SessionDB, db_path: Pa
     assert not await store.reopen_orphaned_compression_session("")
 
 
-async def test_finalize_orphaned_compression_sessions(store: SessionDB, db_path: Path) -> None:
+async def test_finalize_orphaned_compression_sessions(store: SessionDB) -> None:
     await store.create_session("p", "cli")
     await store.end_session("p", "compression")
     for sid in ("stale", "fresh", "empty", "billed"):
@@ -258,8 +264,9 @@ async def test_finalize_orphaned_compression_sessions(store: SessionDB, db_path:
     await store.create_session("unrelated", "cli")
     await store.append_message("unrelated", "user", "hi")
     week_ago = time.time() - 8 * 86400
-    raw_exec(db_path, "UPDATE sessions SET started_at = ? WHERE id <> 'fresh'", (week_ago,))
-    await store.update_token_counts("billed", input_tokens=5, api_call_count=1)
+    await raw_exec(store, "UPDATE sessions SET started_at = ? WHERE id <> 'fresh'", week_ago)
+    # A child that made an API call is in use (the rule reads api_call_count).
+    await raw_exec(store, "UPDATE sessions SET api_call_count = 1 WHERE id = 'billed'")
     assert await store.finalize_orphaned_compression_sessions() == 1
     ends = {sid: (await store.get_session(sid) or {}).get("end_reason")
             for sid in ("stale", "fresh", "empty", "billed", "unrelated")}

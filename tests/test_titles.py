@@ -8,10 +8,7 @@ from pathlib import Path
 import pytest
 
 from hermes_state import SessionDB
-from tests.test_compression import raw_exec
-
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
+from tests.raw_sql import raw_exec
 
 
 async def sessions(db: SessionDB, *ids: str) -> None:
@@ -146,9 +143,9 @@ async def test_automatic_titles_respect_authority(store: SessionDB) -> None:
     assert await title_state(store, "s") == ("Mine", "user")
 
 
-async def test_title_without_provenance_counts_as_user(store: SessionDB, db_path: Path) -> None:
+async def test_title_without_provenance_counts_as_user(store: SessionDB) -> None:
     await sessions(store, "s", "t")
-    raw_exec(db_path, "UPDATE sessions SET title = 'Legacy' WHERE id = 's'")
+    await raw_exec(store, "UPDATE sessions SET title = 'Legacy' WHERE id = 's'")
     assert await store.get_session_title_source("s") is None
     assert not await store.set_auto_title("s", "Generated", source="llm")
     assert await store.set_auto_title_if_empty("t", "Generated")
@@ -179,12 +176,12 @@ async def test_lookup_by_title(store: SessionDB) -> None:
     assert await store.resolve_session_by_title("Missing") is None
 
 
-async def test_resolve_prefers_the_newest_numbered_continuation(store: SessionDB, db_path: Path) -> None:
+async def test_resolve_prefers_the_newest_numbered_continuation(store: SessionDB) -> None:
     for sid, title, started in (("s1", "Chat", 1.0), ("s2", "Chat #2", 3.0), ("s3", "Chat #3", 2.0),
                                 ("x1", "CHAT #9", 9.0), ("x2", "Chat #final", 9.0), ("x3", "Chat_50%", 9.0)):
         await sessions(store, sid)
         await store.set_session_title(sid, title)
-        raw_exec(db_path, "UPDATE sessions SET started_at = ? WHERE id = ?", (started, sid))
+        await raw_exec(store, "UPDATE sessions SET started_at = ? WHERE id = ?", started, sid)
     assert await store.resolve_session_by_title("Chat") == "s2"  # newest by start, not by number
     assert await store.resolve_session_by_title("Chat_50%") == "x3"
     assert await store.resolve_session_by_title("Chat #2") == "s2"
@@ -203,8 +200,7 @@ async def test_next_title_in_lineage(store: SessionDB) -> None:
     assert await store.get_next_title_in_lineage("100% done #3") == "100% done"
 
 
-async def test_two_stores_racing_for_one_title(db_path: Path) -> None:
-    first, second = SessionDB(db_path), SessionDB(db_path)
+async def _race_for_one_title(first: SessionDB, second: SessionDB) -> None:
     try:
         await sessions(first, *(f"s{i}" for i in range(8)))
         await second.get_meta("open")
@@ -219,3 +215,13 @@ async def test_two_stores_racing_for_one_title(db_path: Path) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+async def test_two_stores_racing_for_one_title(db_path: Path) -> None:
+    await _race_for_one_title(SessionDB(db_path), SessionDB(db_path))
+
+
+async def test_two_postgres_stores_racing_for_one_title(pg_dsn: str) -> None:
+    from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+    await _race_for_one_title(PostgresSessionDB(pg_dsn), PostgresSessionDB(pg_dsn))

@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "FOREIGN_KEYS",
+    "FUNCTIONS",
     "INDEXES",
     "MIGRATION_LOCK_KEY",
     "SCHEMA_VERSION",
@@ -62,9 +63,9 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("title_source", "TEXT"), ("last_activity_at", _REAL), ("last_activity_description", "TEXT"),
         ("last_activity_provenance", "TEXT"), ("api_call_count", _COUNT), ("handoff_state", "TEXT"),
         ("handoff_platform", "TEXT"), ("handoff_error", "TEXT"), ("compression_failure_cooldown_until", _REAL),
-        ("compression_failure_error", "TEXT"), ("compression_fallback_streak", "INTEGER NOT NULL DEFAULT 0"),
-        ("compression_ineffective_count", "INTEGER NOT NULL DEFAULT 0"), ("profile_name", "TEXT"),
-        ("rewind_count", "INTEGER NOT NULL DEFAULT 0"), ("archived", "INTEGER NOT NULL DEFAULT 0"),
+        ("compression_failure_error", "TEXT"), ("compression_fallback_streak", "BIGINT NOT NULL DEFAULT 0"),
+        ("compression_ineffective_count", "BIGINT NOT NULL DEFAULT 0"), ("profile_name", "TEXT"),
+        ("rewind_count", "BIGINT NOT NULL DEFAULT 0"), ("archived", "INTEGER NOT NULL DEFAULT 0"),
         ("pinned", "INTEGER NOT NULL DEFAULT 0"), ("last_read_at", _REAL),
     ),
     "messages": (
@@ -137,6 +138,29 @@ INDEXES: dict[str, str] = {
 }
 _UNIQUE_INDEXES = {"idx_sessions_title_unique": "sessions (title) WHERE title IS NOT NULL"}
 
+# name -> CREATE OR REPLACE FUNCTION statement. ``hermes_json_marker(doc, key)``
+# is SQLite's ``CASE WHEN json_valid(doc) THEN json_extract(doc, '$.key') END``
+# as text: PostgreSQL 15 has no json_valid, and a bare ``doc::jsonb`` raises on
+# free text. A document that cannot contain ``key`` (neither it nor a \u escape
+# appears) skips the parse and its subtransaction.
+FUNCTIONS: dict[str, str] = {
+    "hermes_json_marker": r"""
+CREATE OR REPLACE FUNCTION hermes_json_marker(doc text, key text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+BEGIN
+    IF doc IS NULL OR (strpos(doc, key) = 0 AND strpos(doc, E'\\u') = 0) THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        RETURN doc::jsonb ->> key;
+    EXCEPTION WHEN others THEN
+        RETURN NULL;
+    END;
+END
+$fn$
+""",
+}
+
 
 def _create_table_sql(table: str) -> str:
     parts = [f'"{name}" {kind}' for name, kind in TABLES[table]]
@@ -147,6 +171,16 @@ def _create_table_sql(table: str) -> str:
 def _add_column_type(kind: str) -> str:
     # Columns added to an existing table get the type and default, not the key.
     return kind.replace(" PRIMARY KEY", "")
+
+
+async def _functions(conn: Any) -> set[str]:
+    """Names of this schema's :data:`FUNCTIONS` present in the current schema."""
+    rows = await conn.fetch(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = current_schema() AND p.proname = ANY($1::text[])",
+        list(FUNCTIONS),
+    )
+    return {r[0] for r in rows}
 
 
 async def _catalog(conn: Any) -> tuple[dict[str, set[str]], set[str], set[str]]:
@@ -199,7 +233,8 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
         columns, indexes, fks = await _catalog(conn)
         versions = await _versions(conn) if "schema_version" in columns else []
         _refuse_newer(versions)
-        if versions == [SCHEMA_VERSION] and _is_current(columns, indexes, fks):
+        functions = await _functions(conn)
+        if versions == [SCHEMA_VERSION] and _is_current(columns, indexes, fks) and set(FUNCTIONS) <= functions:
             return {"schema_version": SCHEMA_VERSION, "reconciled": False}
         if "schema_version" not in columns and "sessions" in columns:
             if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
@@ -213,6 +248,9 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
             for name, kind in cols:
                 if name not in columns[table]:
                     await conn.execute(f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS "{name}" {_add_column_type(kind)}')
+        for name, statement in FUNCTIONS.items():
+            if name not in functions:
+                await conn.execute(statement)
         for name, (table, definition) in FOREIGN_KEYS.items():
             if name not in fks:
                 await conn.execute(f'ALTER TABLE "{table}" ADD CONSTRAINT "{name}" {definition}')

@@ -18,6 +18,7 @@ __all__ = [
     "gc_prompts",
     "insert_messages",
     "require_session",
+    "row_count",
     "store_prompt",
 ]
 
@@ -56,6 +57,11 @@ SELECT id FROM ins ORDER BY id
 def compact_json(value: Any) -> str:
     """JSON text the way SQLite's json functions write it (no spaces)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def row_count(status: str) -> int:
+    """Rows an INSERT/UPDATE/DELETE touched, from asyncpg's command status (``"UPDATE 3"``)."""
+    return int(status.rsplit(" ", 1)[-1])
 
 
 async def gc_prompts(conn: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -21,11 +20,13 @@ from ...commands.compression import (
 )
 from ...encoding import decode_message_row
 from ...errors import CompressionSessionBusyError
+from ...rules import patched_model_config
 from ..queries.compression import continuation_sql
 from ..queries.core import fetch_dicts
 from .common import holder_process_is_dead, require_session, store_prompt
 from .messages import insert_rows
 from .registry import handles
+
 
 @handles(AcquireCompressionLock)
 def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tuple[bool, str | None]:
@@ -61,21 +62,6 @@ def release_compression_lock(conn: Any, cmd: ReleaseCompressionLock) -> None:
     conn.execute("DELETE FROM compression_locks WHERE session_id = ? AND holder = ?", (cmd.session_id, cmd.holder))
 
 
-def _patched_config(stored: str | None, patch_json: str) -> str:
-    try:
-        config = json.loads(stored) if stored else {}
-    except (ValueError, RecursionError):  # RecursionError: a stored config nested too deep to parse
-        config = {}
-    if not isinstance(config, dict):
-        config = {}
-    for key, value in json.loads(patch_json).items():
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    return json.dumps(config)
-
-
 def _set_counts(conn: Any, session_id: str, added: int, calls: int) -> None:
     conn.execute(
         "UPDATE sessions SET message_count = ?, tool_call_count = ? WHERE id = ?", (added, calls, session_id)
@@ -90,7 +76,7 @@ def archive_and_compact(conn: Any, cmd: ArchiveAndCompact) -> int:
             raise RuntimeError(f"Session not found: {cmd.session_id}")
         conn.execute(
             "UPDATE sessions SET model_config = ? WHERE id = ?",
-            (_patched_config(row[0], cmd.model_config_patch), cmd.session_id),
+            (patched_model_config(row[0], cmd.model_config_patch), cmd.session_id),
         )
     elif cmd.rows:
         require_session(conn, cmd.session_id)

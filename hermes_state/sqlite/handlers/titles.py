@@ -5,17 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...commands.titles import SetLineageFlag, SetSessionTitle, SetSessionTitleSource
+from ...rules import TITLE_RANK, title_rank
 from ..queries.compression import lineage_ids_cte
 from .common import changes
 from .registry import handles
-
-# Authority of a title's provenance; an automatic title never replaces an equal or higher one.
-TITLE_RANK = {"derived": 0, "llm": 1, "user": 2}
-
-
-def _rank(source: str | None) -> int:
-    # A titled row without provenance predates it and was named by hand.
-    return TITLE_RANK["user"] if source is None else TITLE_RANK.get(source, 0)
 
 
 def _is_compression_ancestor(conn: Any, ancestor_id: str, session_id: str) -> bool:
@@ -32,7 +25,7 @@ def set_session_title(conn: Any, cmd: SetSessionTitle) -> bool:
     if current is None:
         return False
     title, source = current
-    if cmd.source != "user" and title is not None and _rank(source) >= TITLE_RANK[cmd.source]:
+    if cmd.source != "user" and title is not None and title_rank(source) >= TITLE_RANK[cmd.source]:
         return False
     if cmd.title is not None:
         holder = conn.execute(

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from ...rules import NUMBERED_TITLE, like_escape
 from .compression import session_rows
 from .registry import query
-
-# "<base> #<n>": the numbering compression rotations give continuation titles.
-NUMBERED_TITLE = re.compile(r"^(.*?) #(\d+)$", re.DOTALL)
-
-
-def _like_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _numbered(conn: Any, base: str) -> list[tuple[str, int, float]]:
@@ -24,7 +17,7 @@ def _numbered(conn: Any, base: str) -> list[tuple[str, int, float]]:
     """
     rows = conn.execute(
         "SELECT id, title, started_at FROM sessions WHERE title LIKE ? ESCAPE '\\'",
-        (f"{_like_escape(base)} #%",),
+        (f"{like_escape(base)} #%",),
     ).fetchall()
     found = []
     for session_id, title, started_at in rows:
