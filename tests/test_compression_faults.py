@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +23,32 @@ from hermes_state import (
 )
 from hermes_state.sqlite.driver import driver_module
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
+from .conftest import BACKENDS
+from .postgres_support import admin_connect
+from .raw_sql import open_store, raw_rows, store_target
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Child processes open a store on a SQLite path or a PostgreSQL DSN (its schema in the query string).
+OPEN_STORE = textwrap.dedent(
+    """
+    def open_store(target):
+        if target.startswith("postgresql"):
+            from hermes_state.postgres import SessionDB as Store
+        else:
+            from hermes_state import SessionDB as Store
+        return Store(target)
+    """
+)
 
 # A child process: open the store, report, wait for the go file, then try for the lease.
 RACER = textwrap.dedent(
     """
     import asyncio, os, sys, time
-    from hermes_state import SessionDB
 
     async def main():
-        db_path, holder, go = sys.argv[1], sys.argv[2], sys.argv[3]
-        db = SessionDB(db_path)
+        target, holder, go = sys.argv[1], sys.argv[2], sys.argv[3]
+        db = open_store(target)
         await db.get_meta("warm-up")
         print("ready", flush=True)
         while not os.path.exists(go):
@@ -54,10 +65,9 @@ RACER = textwrap.dedent(
 HOLDER = textwrap.dedent(
     """
     import asyncio, os, sys
-    from hermes_state import SessionDB
 
     async def main():
-        db = SessionDB(sys.argv[1])
+        db = open_store(sys.argv[1])
         holder = f"pid={os.getpid()}:task=compress:agent=abcdef:nonce=0badf00d"
         assert await db.try_acquire_compression_lock("s", holder, 600)
         print(holder, flush=True)
@@ -71,7 +81,7 @@ HOLDER = textwrap.dedent(
 def spawn(script: str, *args: str) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen(
-        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [sys.executable, "-c", OPEN_STORE + script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
 
 
@@ -85,6 +95,14 @@ def read_line(proc: subprocess.Popen[str]) -> str:
     return line
 
 
+@pytest.fixture(params=BACKENDS)
+def target(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """A database several stores (and processes) open: a SQLite path or a PostgreSQL DSN with its own schema."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_dsn"))
+    return str(db_path)
+
+
 async def seed(db: SessionDB, session_id: str, turns: int) -> list[int]:
     await db.create_session(session_id, "cli")
     return [await db.append_message(session_id, "user", f"old {i}") for i in range(turns)]
@@ -93,8 +111,8 @@ async def seed(db: SessionDB, session_id: str, turns: int) -> list[int]:
 # ---------------------------------------------------------------- lease races
 
 
-async def test_two_stores_on_one_file_have_one_winner(db_path: Path) -> None:
-    first, second = SessionDB(db_path), SessionDB(db_path)
+async def test_two_stores_on_one_database_have_one_winner(target: str) -> None:
+    first, second = open_store(target), open_store(target)
     try:
         await first.get_meta("open")
         await second.get_meta("open")
@@ -112,39 +130,35 @@ async def test_two_stores_on_one_file_have_one_winner(db_path: Path) -> None:
         await second.close()
 
 
-def test_processes_race_for_one_lease(db_path: Path, tmp_path: Path) -> None:
-    asyncio.run(_create(db_path))
+async def test_processes_race_for_one_lease(target: str, tmp_path: Path) -> None:
+    async with open_store(target) as db:
+        await db.get_meta("create")
     go = tmp_path / "go"
-    racers = [spawn(RACER, str(db_path), f"pid=0:racer={i}", str(go)) for i in range(4)]
+    racers = [spawn(RACER, target, f"pid=0:racer={i}", str(go)) for i in range(4)]
     try:
         for proc in racers:
-            assert read_line(proc) == "ready"
+            assert await asyncio.to_thread(read_line, proc) == "ready"
         go.touch()
-        outcomes = [read_line(proc) for proc in racers]
+        outcomes = [await asyncio.to_thread(read_line, proc) for proc in racers]
         for proc in racers:
-            assert proc.wait(timeout=30) == 0
+            assert await asyncio.to_thread(proc.wait, 30) == 0
     finally:
         for proc in racers:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
     assert sorted(outcomes) == ["lost", "lost", "lost", "won"]
-    with closing(driver_module().connect(str(db_path))) as conn:
-        (holder,) = conn.execute("SELECT holder FROM compression_locks WHERE session_id = 'shared'").fetchone()
+    async with open_store(target) as db:
+        ((holder,),) = await raw_rows(db, "SELECT holder FROM compression_locks WHERE session_id = 'shared'")
     assert holder == f"pid=0:racer={outcomes.index('won')}"
-
-
-async def _create(db_path: Path) -> None:
-    async with SessionDB(db_path) as db:
-        await db.get_meta("create")
 
 
 # ----------------------------------------------------------- killed holders
 
 
-async def test_lease_of_a_sigkilled_holder_is_taken_over(store: SessionDB, db_path: Path) -> None:
+async def test_lease_of_a_sigkilled_holder_is_taken_over(store: SessionDB) -> None:
     await seed(store, "s", 2)
-    proc = spawn(HOLDER, str(db_path))
+    proc = spawn(HOLDER, store_target(store))
     try:
         holder = await asyncio.to_thread(read_line, proc)
         assert holder.startswith(f"pid={proc.pid}:")
@@ -170,8 +184,8 @@ async def test_lease_of_a_sigkilled_holder_is_taken_over(store: SessionDB, db_pa
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see zombie processes")
-async def test_lease_of_an_unreaped_killed_holder_is_taken_over(store: SessionDB, db_path: Path) -> None:
-    proc = spawn(HOLDER, str(db_path))
+async def test_lease_of_an_unreaped_killed_holder_is_taken_over(store: SessionDB) -> None:
+    proc = spawn(HOLDER, store_target(store))
     try:
         holder = await asyncio.to_thread(read_line, proc)
         os.kill(proc.pid, signal.SIGKILL)  # not reaped: the pid stays as a zombie
@@ -201,9 +215,9 @@ def _check_writers(rows: list[dict[str, Any]], writers: int, per_writer: int) ->
     return by_content
 
 
-async def test_appends_racing_a_leased_compaction(db_path: Path) -> None:
+async def test_appends_racing_a_leased_compaction(target: str) -> None:
     """The agent's protocol: lease, compact, release. Other writers (another store) wait for it."""
-    compactor, other = SessionDB(db_path), SessionDB(db_path)
+    compactor, other = open_store(target), open_store(target)
     try:
         old = await seed(compactor, "s", 20)
         assert await compactor.try_acquire_compression_lock("s", "owner", ttl_seconds=60)
@@ -234,9 +248,9 @@ async def test_appends_racing_a_leased_compaction(db_path: Path) -> None:
         await other.close()
 
 
-async def test_appends_racing_an_unleased_compaction_lose_nothing(db_path: Path) -> None:
+async def test_appends_racing_an_unleased_compaction_lose_nothing(target: str) -> None:
     """Without a lease each append lands wholly before (archived) or after (active) the compaction."""
-    first, second = SessionDB(db_path), SessionDB(db_path)
+    first, second = open_store(target), open_store(target)
     try:
         await seed(first, "s", 5)
         await second.get_meta("open")
@@ -296,6 +310,7 @@ def _hold_write_lock(db_path: Path) -> Any:
     return conn
 
 
+@pytest.mark.backends("sqlite")  # holds SQLite's file lock; PostgreSQL twin below holds the session's row lock
 async def test_cancel_while_the_writer_runs_the_compaction(store: SessionDB, db_path: Path) -> None:
     old = await seed(store, "s", 6)
     summary = [f"summary {i}" for i in range(300)]
@@ -311,6 +326,7 @@ async def test_cancel_while_the_writer_runs_the_compaction(store: SessionDB, db_
     assert await _state(store, old, summary) == "compacted"
 
 
+@pytest.mark.backends("sqlite")  # holds SQLite's file lock; PostgreSQL twin below holds a session's row lock
 async def test_cancel_while_the_compaction_is_queued(store: SessionDB, db_path: Path) -> None:
     old = await seed(store, "s", 6)
     blocker = _hold_write_lock(db_path)
@@ -327,6 +343,61 @@ async def test_cancel_while_the_compaction_is_queued(store: SessionDB, db_path: 
     await store.set_meta("barrier", "1")
     assert await _state(store, old, ["summary"]) == "untouched"
     assert await store.get_meta("ahead") == "1"
+
+
+async def _hold_session_row(pg_dsn: str, session_id: str) -> Any:
+    """A raw PostgreSQL connection holding ``session_id``'s row lock in an open transaction."""
+    schema = pg_dsn.rsplit("search_path=", 1)[1]
+    conn = await admin_connect("postgresql://" + pg_dsn[len("postgresql+asyncpg://"):].split("?", 1)[0])
+    await conn.execute(f'SET search_path TO "{schema}"')
+    await conn.execute("BEGIN")
+    await conn.execute("SELECT id FROM sessions WHERE id = $1 FOR UPDATE", session_id)
+    return conn
+
+
+async def _release(conn: Any) -> None:
+    await conn.execute("ROLLBACK")
+    await conn.close()
+
+
+async def test_cancel_while_the_writer_waits_on_the_row_lock_postgres(pg_dsn: str) -> None:
+    store = open_store(pg_dsn)
+    try:
+        old = await seed(store, "s", 6)
+        summary = [f"summary {i}" for i in range(300)]
+        blocker = await _hold_session_row(pg_dsn, "s")
+        task = asyncio.create_task(store.archive_and_compact("s", [{"role": "user", "content": c} for c in summary]))
+        await asyncio.sleep(0.3)  # the writer took the command and waits on the row lock
+        task.cancel()
+        await _release(blocker)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.set_meta("barrier", "1")  # queued behind the compaction's batch
+        assert await _state(store, old, summary) == "compacted"
+    finally:
+        await store.close()
+
+
+async def test_cancel_while_the_compaction_is_queued_postgres(pg_dsn: str) -> None:
+    store = open_store(pg_dsn)
+    try:
+        old = await seed(store, "s", 6)
+        await store.create_session("blocked", "cli")
+        blocker = await _hold_session_row(pg_dsn, "blocked")
+        ahead = asyncio.create_task(store.append_message("blocked", "user", "ahead"))
+        await asyncio.sleep(0.2)  # the writer is stuck on `ahead`; the compaction waits in the queue
+        task = asyncio.create_task(store.archive_and_compact("s", [{"role": "user", "content": "summary"}]))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await _release(blocker)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await ahead
+        await store.set_meta("barrier", "1")
+        assert await _state(store, old, ["summary"]) == "untouched"
+        assert [m["content"] for m in await store.get_messages("blocked")] == ["ahead"]
+    finally:
+        await store.close()
 
 
 async def test_cancel_at_random_points_is_all_or_nothing(store: SessionDB) -> None:
@@ -359,8 +430,8 @@ async def test_cancel_at_random_points_is_all_or_nothing(store: SessionDB) -> No
 # --------------------------------------------------------------- lease expiry
 
 
-async def test_lease_expiring_mid_compaction_is_lost_to_a_successor(db_path: Path) -> None:
-    slow, fast = SessionDB(db_path), SessionDB(db_path)
+async def test_lease_expiring_mid_compaction_is_lost_to_a_successor(target: str) -> None:
+    slow, fast = open_store(target), open_store(target)
     try:
         await seed(slow, "s", 4)
         assert await slow.try_acquire_compression_lock("s", "slow", ttl_seconds=0.3)
@@ -403,9 +474,9 @@ async def test_lease_expired_but_unclaimed_is_revived_and_publishes(store: Sessi
 # ------------------------------------------------------------ the append guard
 
 
-async def test_append_is_not_blocked_by_a_dead_holders_lease(store: SessionDB, db_path: Path) -> None:
+async def test_append_is_not_blocked_by_a_dead_holders_lease(store: SessionDB) -> None:
     await seed(store, "s", 2)
-    proc = spawn(HOLDER, str(db_path))
+    proc = spawn(HOLDER, store_target(store))
     try:
         holder = await asyncio.to_thread(read_line, proc)
         # While the holder lives, another writer's append waits out the guard and fails.

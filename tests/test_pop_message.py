@@ -31,7 +31,6 @@ async def test_pop_returns_and_removes_the_newest_row(store: SessionDB) -> None:
     assert await store.pop_message("no-such-session") is None
 
 
-@pytest.mark.backends("sqlite")  # needs archive_and_compact on PostgreSQL (issue 11 phase 2)
 async def test_pop_skips_compacted_history(store: SessionDB) -> None:
     await store.create_session("s", source="test")
     await store.append_message("s", "user", "old")
