@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import (
@@ -20,6 +21,7 @@ from .errors import (
 )
 
 __all__ = [
+    "CHILD_INHERITED_COLUMNS",
     "NUMBERED_TITLE",
     "RESET_REASONS",
     "TITLE_RANK",
@@ -27,12 +29,19 @@ __all__ = [
     "holder_process_is_dead",
     "like_escape",
     "merged_model_config",
+    "numbered_titles",
     "patched_model_config",
     "title_rank",
 ]
 
 # End reasons after which a child sharing the session_key is a reset continuation.
 RESET_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended", "resume_pending_expired")
+
+# Parent columns a compression continuation child copies (cwd and profile_name only when not given).
+CHILD_INHERITED_COLUMNS = (
+    "git_branch", "git_repo_root", "user_id", "session_key", "chat_id", "chat_type",
+    "thread_id", "display_name", "origin_json",
+)
 
 # A structured holder names its process: "pid=<N>:task=...:agent=...:nonce=...".
 _HOLDER_PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
@@ -65,20 +74,30 @@ def holder_process_is_dead(holder: str) -> bool:
 
 
 def append_refusal(
-    session_id: str, exists: bool, closed_by: str | None, lease_holder: str | None, holder: str | None
+    session_id: str,
+    exists: bool,
+    closed_by: str | None,
+    lease_holder: str | None,
+    holder: str | None,
+    *,
+    local_holders: bool = True,
 ) -> BaseException | None:
     """None when an append may go ahead, else the exception its caller gets.
 
     ``closed_by`` is the end reason of an ended session (None while open);
     ``lease_holder`` the holder of a live compression lease, if any.
+    ``local_holders`` says every holder runs on this machine, so a ``pid=``
+    holder whose process is gone blocks no one; a database shared by several
+    hosts passes False (a pid names nothing on another machine).
     """
     # Closed first: waiting out a lease on a session that can never take the
     # append again would only delay the error that tells the caller where to go.
     # A lease whose holder process is dead blocks no one.
     if closed_by == "compression":
         return CompressionSessionClosedError(session_id)
-    if lease_holder is not None and lease_holder != holder and not holder_process_is_dead(lease_holder):
-        return SessionCompressionInProgressError(session_id)
+    if lease_holder is not None and lease_holder != holder:
+        if not (local_holders and holder_process_is_dead(lease_holder)):
+            return SessionCompressionInProgressError(session_id)
     if not exists:
         return SessionNotFoundError(session_id)
     return None
@@ -127,6 +146,19 @@ NUMBERED_TITLE = re.compile(r"^(.*?) #(\d+)$", re.DOTALL)
 def title_rank(source: str | None) -> int:
     """Rank of a stored title's provenance; a titled row without one predates it and was named by hand."""
     return TITLE_RANK["user"] if source is None else TITLE_RANK.get(source, 0)
+
+
+def numbered_titles(rows: Iterable[tuple[str, str | None, float | None]], base: str) -> list[tuple[str, int, float]]:
+    """``(id, n, started_at)`` of the ``(id, title, started_at)`` rows titled exactly ``"<base> #<n>"``.
+
+    Drops what a LIKE prefilter over-matches (other letter case, a non-numeric suffix).
+    """
+    found = []
+    for session_id, title, started_at in rows:
+        match = NUMBERED_TITLE.match(title or "")
+        if match and match.group(1) == base:
+            found.append((session_id, int(match.group(2)), started_at or 0.0))
+    return found
 
 
 def like_escape(text: str) -> str:

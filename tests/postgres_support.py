@@ -73,3 +73,11 @@ async def temporary_schema(admin_dsn: str) -> AsyncIterator[str]:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
         finally:
             await conn.close()
+
+
+async def schema_connect(pg_dsn: str):  # type: ignore[no-untyped-def]
+    """A raw asyncpg connection on the schema a ``pg_dsn`` store URL pins through ``search_path``."""
+    schema = pg_dsn.rsplit("search_path=", 1)[1]
+    conn = await admin_connect("postgresql://" + pg_dsn[len("postgresql+asyncpg://"):].split("?", 1)[0])
+    await conn.execute(f'SET search_path TO "{schema}"')
+    return conn

@@ -24,7 +24,7 @@ from hermes_state import (
 from hermes_state.sqlite.driver import driver_module
 
 from .conftest import BACKENDS
-from .postgres_support import admin_connect
+from .postgres_support import schema_connect
 from .raw_sql import open_store, raw_rows, store_target
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,6 +156,7 @@ async def test_processes_race_for_one_lease(target: str, tmp_path: Path) -> None
 # ----------------------------------------------------------- killed holders
 
 
+@pytest.mark.backends("sqlite")  # dead-pid reclaim is SQLite-only: on PostgreSQL hosts share the database
 async def test_lease_of_a_sigkilled_holder_is_taken_over(store: SessionDB) -> None:
     await seed(store, "s", 2)
     proc = spawn(HOLDER, store_target(store))
@@ -183,6 +184,7 @@ async def test_lease_of_a_sigkilled_holder_is_taken_over(store: SessionDB) -> No
     assert await store.get_compression_tip("s") == "s2"
 
 
+@pytest.mark.backends("sqlite")  # dead-pid reclaim is SQLite-only: on PostgreSQL hosts share the database
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see zombie processes")
 async def test_lease_of_an_unreaped_killed_holder_is_taken_over(store: SessionDB) -> None:
     proc = spawn(HOLDER, store_target(store))
@@ -199,6 +201,21 @@ async def test_lease_of_an_unreaped_killed_holder_is_taken_over(store: SessionDB
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.backends("postgres")
+async def test_postgres_lease_of_a_dead_pid_ends_by_expiry_only(store: SessionDB) -> None:
+    await seed(store, "s", 1)
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    holder = f"pid={int(done.stdout)}:task=compress:agent=abcdef:nonce=0badf00d"  # that process has exited
+    assert await store.try_acquire_compression_lock("s", holder, ttl_seconds=1.0)
+    # Another host's pid means nothing here: the lease stands until it expires.
+    assert not await store.try_acquire_compression_lock("s", "successor", ttl_seconds=60)
+    t0 = time.monotonic()
+    row_id = await store.append_message("s", "user", "after expiry")
+    assert time.monotonic() - t0 >= 0.5  # the append waited out the lease
+    assert (await store.get_messages("s"))[-1]["id"] == row_id
+    assert await store.try_acquire_compression_lock("s", "successor", ttl_seconds=60)
 
 
 # ------------------------------------------------------- appends vs compaction
@@ -347,9 +364,7 @@ async def test_cancel_while_the_compaction_is_queued(store: SessionDB, db_path: 
 
 async def _hold_session_row(pg_dsn: str, session_id: str) -> Any:
     """A raw PostgreSQL connection holding ``session_id``'s row lock in an open transaction."""
-    schema = pg_dsn.rsplit("search_path=", 1)[1]
-    conn = await admin_connect("postgresql://" + pg_dsn[len("postgresql+asyncpg://"):].split("?", 1)[0])
-    await conn.execute(f'SET search_path TO "{schema}"')
+    conn = await schema_connect(pg_dsn)
     await conn.execute("BEGIN")
     await conn.execute("SELECT id FROM sessions WHERE id = $1 FOR UPDATE", session_id)
     return conn
@@ -474,6 +489,7 @@ async def test_lease_expired_but_unclaimed_is_revived_and_publishes(store: Sessi
 # ------------------------------------------------------------ the append guard
 
 
+@pytest.mark.backends("sqlite")  # dead-pid reclaim is SQLite-only: on PostgreSQL hosts share the database
 async def test_append_is_not_blocked_by_a_dead_holders_lease(store: SessionDB) -> None:
     await seed(store, "s", 2)
     proc = spawn(HOLDER, store_target(store))

@@ -14,7 +14,10 @@ from hermes_state import SessionDB
 from hermes_state.commands import SetMeta
 from hermes_state.sqlite.driver import driver_module
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+from .postgres_support import schema_connect
+
+# SQLite file-lock tests: another connection holding the file's write lock, the reader
+# connections of the SQLite backend. PostgreSQL twins (a foreign row lock) are at the end.
 pytestmark = pytest.mark.backends("sqlite")
 
 
@@ -117,3 +120,36 @@ async def test_read_connections_are_configurable(db_path: Path, hermes_home: Pat
     (hermes_home / "config.yaml").write_text("database:\n  read_connections: 0\n")
     with pytest.raises(ConfigError, match="read_connections"):
         await SessionDB(db_path).get_session("s")
+
+
+# ------------------------------------------------------------------ PostgreSQL twins
+
+
+async def _hold_row_lock(pg_dsn: str, session_id: str) -> object:
+    """Another server session holding ``session_id``'s row lock (and an uncommitted meta row)."""
+    conn = await schema_connect(pg_dsn)
+    await conn.execute("BEGIN")
+    await conn.execute("SELECT id FROM sessions WHERE id = $1 FOR UPDATE", session_id)
+    await conn.execute("INSERT INTO state_meta (key, value) VALUES ('holder', 'other process')")
+    return conn
+
+
+async def test_postgres_write_waits_for_a_foreign_row_lock_then_commits(pg_dsn: str) -> None:
+    from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+    async with PostgresSessionDB(pg_dsn) as store:
+        await store.create_session("s", "cli")
+        await store.append_message("s", "user", "visible")
+        other = await _hold_row_lock(pg_dsn, "s")
+        append = asyncio.ensure_future(store.append_message("s", "user", "after the lock"))
+        await asyncio.sleep(1.0)
+        assert not append.done()  # the writer waits on the row lock
+        t0 = time.monotonic()
+        rows = await store.get_messages("s")  # reads are not blocked by the foreign writer
+        assert time.monotonic() - t0 < 1.0
+        assert [m["content"] for m in rows] == ["visible"]
+        await other.execute("COMMIT")  # type: ignore[attr-defined]
+        await other.close()  # type: ignore[attr-defined]
+        row_id = await asyncio.wait_for(append, 10)
+        assert [m["id"] for m in await store.get_messages("s")][-1] == row_id
+        assert await store.get_meta("holder") == "other process"

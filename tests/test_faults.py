@@ -27,8 +27,15 @@ from hermes_state import (
     StoreClosedError,
 )
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
+from .conftest import BACKENDS
+from .raw_sql import is_postgres, open_store, store_target
+
+# What a write on a read-only store raises: SQLite's own error, or PermissionError before any I/O (spec §3.8).
+READ_ONLY_REFUSALS: dict[str, tuple[type[Exception], str]] = {
+    "sqlite": (sqlite3.OperationalError, "^attempt to write a readonly database$"),
+    "postgres": (PermissionError, "^read-only PostgreSQL SessionDB$"),
+}
+
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +54,14 @@ async def _assert_counter_matches_rows(db: SessionDB, session_id: str) -> int:
     assert session["message_count"] == len(rows), (session_id, session["message_count"], len(rows))
     assert await db.message_count(session_id) == len(rows)
     return len(rows)
+
+
+@pytest.fixture(params=BACKENDS)
+def target(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """A database several stores (and processes) open: a SQLite path or a PostgreSQL DSN with its own schema."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_dsn"))
+    return str(db_path)
 
 
 async def _start_busy_writer(db: SessionDB, session_id: str, n_rows: int, tag: str) -> asyncio.Task[int]:
@@ -344,8 +359,8 @@ async def test_poisoned_commands_share_a_batch_without_harming_neighbours(store:
 # --------------------------------------------- 4. close with queued writes
 
 
-async def test_close_drains_queued_writes_and_rejects_later_ones(db_path: Path) -> None:
-    db = SessionDB(db_path)
+async def test_close_drains_queued_writes_and_rejects_later_ones(target: str) -> None:
+    db = open_store(target)
     await db.create_session("s", "cli")
     await db.create_session("busy", "cli")
     # The writer is busy with a big batch, so wave 1 waits in the queue when close() is called.
@@ -372,7 +387,7 @@ async def test_close_drains_queued_writes_and_rejects_later_ones(db_path: Path) 
     assert all(isinstance(r, StoreClosedError) for r in results2)
     assert len(ok) == 200
 
-    reopened = SessionDB(db_path)
+    reopened = open_store(target)
     try:
         rows = await _rows(reopened, "s")
         assert len(rows) == len(ok)
@@ -383,8 +398,8 @@ async def test_close_drains_queued_writes_and_rejects_later_ones(db_path: Path) 
         await reopened.close()
 
 
-async def test_close_while_queue_is_deep_mixed_outcomes(db_path: Path) -> None:
-    db = SessionDB(db_path)
+async def test_close_while_queue_is_deep_mixed_outcomes(target: str) -> None:
+    db = open_store(target)
     await db.create_session("s", "cli")
     tasks = []
     for i in range(200):
@@ -401,7 +416,7 @@ async def test_close_while_queue_is_deep_mixed_outcomes(db_path: Path) -> None:
         else:
             assert isinstance(res, StoreClosedError) and str(res) == "SessionDB is closed", repr(res)
     assert ok, "no write was queued before close"
-    reopened = SessionDB(db_path)
+    reopened = open_store(target)
     try:
         rows = await _rows(reopened, "s")
         assert {r["id"]: r["content"] for r in rows} == ok
@@ -411,8 +426,8 @@ async def test_close_while_queue_is_deep_mixed_outcomes(db_path: Path) -> None:
         await reopened.close()
 
 
-async def test_close_is_idempotent_and_concurrent_and_later_calls_fail(db_path: Path) -> None:
-    db = SessionDB(db_path)
+async def test_close_is_idempotent_and_concurrent_and_later_calls_fail(target: str) -> None:
+    db = open_store(target)
     await db.create_session("s", "cli")
     await db.append_message("s", "user", "hello")
     assert await asyncio.gather(db.close(), db.close()) == [None, None]
@@ -438,13 +453,13 @@ async def test_close_is_idempotent_and_concurrent_and_later_calls_fail(db_path: 
         await db.append_message("s", "user", "late")
 
     # a store closed before it was ever opened behaves the same and writes nothing
-    never = SessionDB(db_path)
+    never = open_store(target)
     await never.close()
     await never.close()
     with pytest.raises(StoreClosedError, match="^SessionDB is closed$"):
         await never.append_message("s", "user", "late")
 
-    reopened = SessionDB(db_path)
+    reopened = open_store(target)
     try:
         assert [r["content"] for r in await _rows(reopened, "s")] == ["hello"]
         assert await reopened.get_session("t") is None
@@ -456,8 +471,8 @@ async def test_close_is_idempotent_and_concurrent_and_later_calls_fail(db_path: 
 # ------------------------------------------------------------ 5. reopen
 
 
-async def test_reopen_by_second_store_reads_everything_back(db_path: Path) -> None:
-    a = SessionDB(db_path)
+async def test_reopen_by_second_store_reads_everything_back(target: str) -> None:
+    a = open_store(target)
     expected: dict[str, list[tuple[str, Any]]] = {}
     ids: dict[str, list[int]] = {}
     await a.create_session("root", "cli", model="m1", system_prompt="be brief")
@@ -476,7 +491,7 @@ async def test_reopen_by_second_store_reads_everything_back(db_path: Path) -> No
         expected[sid].extend(("user", f"batch {s}/{j}") for j in range(30))
     await a.close()
 
-    b = SessionDB(db_path)
+    b = open_store(target)
     try:
         root = await b.get_session("root")
         assert root is not None and root["model"] == "m1" and root["system_prompt"] == "be brief"
@@ -497,9 +512,9 @@ async def test_reopen_by_second_store_reads_everything_back(db_path: Path) -> No
         await b.close()
 
 
-async def test_two_stores_on_one_file_append_concurrently(db_path: Path) -> None:
-    a = SessionDB(db_path)
-    b = SessionDB(db_path)
+async def _two_stores_append_concurrently(target: str) -> None:
+    a = open_store(target)
+    b = open_store(target)
     try:
         await a.create_session("from-a", "cli")
         await b.create_session("from-b", "cli")
@@ -526,7 +541,15 @@ async def test_two_stores_on_one_file_append_concurrently(db_path: Path) -> None
     finally:
         await a.close()
         await b.close()
+
+
+async def test_two_stores_on_one_file_append_concurrently(db_path: Path) -> None:
+    await _two_stores_append_concurrently(str(db_path))
     assert _integrity_check(db_path) == "ok"
+
+
+async def test_two_postgres_stores_append_concurrently(pg_dsn: str) -> None:
+    await _two_stores_append_concurrently(pg_dsn)
 
 
 # ------------------------------------------------------- 6. SIGKILL
@@ -537,12 +560,14 @@ CHILD_SCRIPT = textwrap.dedent(
     import asyncio
     import sys
 
-    from hermes_state import SessionDB
-
     PAD = "p" * 300
 
 
     async def main(path, mode):
+        if path.startswith("postgresql"):
+            from hermes_state.postgres import SessionDB
+        else:
+            from hermes_state import SessionDB
         db = SessionDB(path)
         await db.create_session("victim", "cli")
         out = sys.stdout
@@ -577,7 +602,7 @@ CHILD_SCRIPT = textwrap.dedent(
 
 
 async def _run_and_kill(
-    tmp_path: Path, db_path: Path, mode: str, want_acks: int, kill_delay: float
+    tmp_path: Path, db_path: Path | str, mode: str, want_acks: int, kill_delay: float
 ) -> list[str]:
     script = tmp_path / "child_writer.py"
     script.write_text(CHILD_SCRIPT)
@@ -638,7 +663,16 @@ KILL_DELAYS = pytest.mark.parametrize("kill_delay", [0.0, 0.013, 0.04], ids=["at
 async def test_sigkill_during_single_appends_loses_no_acknowledged_write(
     tmp_path: Path, db_path: Path, kill_delay: float
 ) -> None:
-    acks = await _run_and_kill(tmp_path, db_path, "single", 300, kill_delay)
+    await _sigkill_single_appends(tmp_path, str(db_path), kill_delay)
+    assert _integrity_check(db_path) == "ok"
+
+
+async def test_sigkill_during_single_appends_loses_no_acknowledged_write_postgres(tmp_path: Path, pg_dsn: str) -> None:
+    await _sigkill_single_appends(tmp_path, pg_dsn, 0.013)
+
+
+async def _sigkill_single_appends(tmp_path: Path, target: str, kill_delay: float) -> None:
+    acks = await _run_and_kill(tmp_path, target, "single", 300, kill_delay)
     assert len(acks) >= 300
     acked = {}
     for line in acks:
@@ -646,7 +680,7 @@ async def test_sigkill_during_single_appends_loses_no_acknowledged_write(
         acked[int(mid)] = content
     assert len(acked) == len(acks), "child saw duplicate ids"
 
-    db = SessionDB(db_path)
+    db = open_store(target)
     try:
         rows = await _rows(db, "victim")
         by_id = {r["id"]: r for r in rows}
@@ -662,14 +696,22 @@ async def test_sigkill_during_single_appends_loses_no_acknowledged_write(
         assert await db.append_message("victim", "user", "after crash") > max(by_id)
     finally:
         await db.close()
-    assert _integrity_check(db_path) == "ok"
 
 
 @KILL_DELAYS
 async def test_sigkill_during_batch_appends_leaves_no_partial_batch(
     tmp_path: Path, db_path: Path, kill_delay: float
 ) -> None:
-    acks = await _run_and_kill(tmp_path, db_path, "batch", 20, kill_delay)
+    await _sigkill_batch_appends(tmp_path, str(db_path), kill_delay)
+    assert _integrity_check(db_path) == "ok"
+
+
+async def test_sigkill_during_batch_appends_leaves_no_partial_batch_postgres(tmp_path: Path, pg_dsn: str) -> None:
+    await _sigkill_batch_appends(tmp_path, pg_dsn, 0.013)
+
+
+async def _sigkill_batch_appends(tmp_path: Path, target: str, kill_delay: float) -> None:
+    acks = await _run_and_kill(tmp_path, target, "batch", 20, kill_delay)
     assert len(acks) >= 20
     acked_tags = []
     for line in acks:
@@ -677,7 +719,7 @@ async def test_sigkill_during_batch_appends_leaves_no_partial_batch(
         assert n == "200"
         acked_tags.append(tag)
 
-    db = SessionDB(db_path)
+    db = open_store(target)
     try:
         rows = await _rows(db, "victim")
         assert len(rows) % 200 == 0, f"partial batch on disk: {len(rows)} rows"
@@ -695,13 +737,12 @@ async def test_sigkill_during_batch_appends_leaves_no_partial_batch(
         await _assert_counter_matches_rows(db, "victim")
     finally:
         await db.close()
-    assert _integrity_check(db_path) == "ok"
 
 
 # ------------------------------------------------------ 7. bad input
 
 
-async def test_bad_input_is_rejected_before_anything_is_queued(store: SessionDB, db_path: Path) -> None:
+async def test_bad_input_is_rejected_before_anything_is_queued(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     first = await store.append_message("s", "user", "only")
     batches0, commands0 = store._actor.batches, store._actor.commands
@@ -743,7 +784,10 @@ async def test_bad_input_is_rejected_before_anything_is_queued(store: SessionDB,
     assert (await store.get_session("s"))["end_reason"] is None
     await _assert_counter_matches_rows(store, "s")
 
-    ro = SessionDB(db_path, read_only=True)
+    # A read-only store on the same database refuses every write before queueing it.
+    ro = open_store(store_target(store), read_only=True)
+    # Each backend's documented refusal (an intended difference, listed in the README).
+    refusal, match = READ_ONLY_REFUSALS["postgres" if is_postgres(store) else "sqlite"]
     try:
         for call in (
             lambda: ro.append_message("s", "user", "nope"),
@@ -751,7 +795,7 @@ async def test_bad_input_is_rejected_before_anything_is_queued(store: SessionDB,
             lambda: ro.create_session("ro-new", "cli"),
             lambda: ro.end_session("s", "done"),
         ):
-            with pytest.raises(sqlite3.OperationalError, match="^attempt to write a readonly database$"):
+            with pytest.raises(refusal, match=match):
                 await call()
         assert ro._actor.commands == 0 and ro._actor.batches == 0 and not ro._actor.running
         # reads still work on the read-only store and see unchanged data

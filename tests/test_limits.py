@@ -11,9 +11,6 @@ import pytest
 from hermes_state import SessionDB
 from hermes_state.sqlite.driver import run_on
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
-
 
 async def test_large_payload_round_trips(store: SessionDB) -> None:
     await store.create_session("s", "cli")
@@ -28,7 +25,6 @@ async def test_large_payload_round_trips(store: SessionDB) -> None:
     "text",
     [
         "",
-        "\x00 NUL inside",
         "RTL \u202e override and zero\u200bwidth",
         "emoji 👩‍👩‍👧‍👦 and flags 🇯🇵",
         "mixed 中文 日本語 한국어 العربية",
@@ -44,6 +40,31 @@ async def test_odd_text_round_trips(store: SessionDB, text: str) -> None:
     assert rows[0]["tool_name"] == (text or None)
 
 
+@pytest.mark.backends("sqlite")  # NUL in tool_name: a known PostgreSQL gap (TEXT cannot hold NUL; see README)
+async def test_nul_text_round_trips_in_content_and_tool_name(store: SessionDB) -> None:
+    await test_odd_text_round_trips(store, "\x00 NUL inside")
+
+
+@pytest.mark.backends("postgres")
+async def test_nul_in_tool_name_fails_alone_on_postgres(store: SessionDB) -> None:
+    # The known gap pinned: the write fails by itself with a ValueError and stores nothing.
+    await store.create_session("s", "cli")
+    results = await asyncio.gather(
+        store.append_message("s", "user", "before"),
+        store.append_message("s", "tool", "x", tool_name="a\x00b"),
+        store.append_message("s", "user", "after"),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], ValueError) and "NUL" in str(results[1])
+    assert [m["content"] for m in await store.get_messages("s")] == ["before", "after"]
+
+
+async def test_nul_text_round_trips_in_content(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    await store.append_message("s", "user", "\x00 NUL inside")
+    assert (await store.get_messages("s"))[0]["content"] == "\x00 NUL inside"
+
+
 async def _set_max_pages(db: SessionDB, pages: int | None) -> int:
     """Cap (or with None, uncap) the writer connection's database size; returns the page count."""
 
@@ -56,6 +77,7 @@ async def _set_max_pages(db: SessionDB, pages: int | None) -> int:
     return await run_on(db._backend._writer_conn, apply)  # type: ignore[attr-defined]
 
 
+@pytest.mark.backends("sqlite")  # caps the SQLite file with PRAGMA max_page_count
 async def test_full_database_fails_the_big_write_alone(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     for i in range(20):

@@ -95,7 +95,8 @@ async def append_refusals(
         ids, now,
     )
     state = {r[0]: (r[1], r[2], r[3]) for r in rows}
-    return {(sid, holder): append_refusal(sid, *state[sid], holder) for sid, holder in keys}
+    # Workers on several hosts share the database: a lease ends by expiry only (see rules.append_refusal).
+    return {(sid, holder): append_refusal(sid, *state[sid], holder, local_holders=False) for sid, holder in keys}
 
 
 def message_values(session_id: str, row: MessageRow) -> tuple[Any, ...]:

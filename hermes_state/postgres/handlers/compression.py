@@ -1,10 +1,14 @@
 """Handlers for compression leases, compaction, continuation children, cooldowns and rewind.
 
-The rules and messages of ``sqlite.handlers.compression``. Leases work
-across processes and hosts through the ``compression_locks`` primary key:
-the reclaim reads the row ``FOR UPDATE`` and the claim is an
-``INSERT ... ON CONFLICT DO NOTHING``, so of two stores racing for one lease
-the second waits for the first to commit and then finds the row taken.
+The rules and messages of ``sqlite.handlers.compression``, with one
+intended difference: a lease is reclaimed only once it has expired, never
+because its ``pid=`` holder is missing from this machine's process table
+(workers on other hosts share the database, and their pids name nothing
+here). Leases work across processes and hosts through the
+``compression_locks`` primary key: the reclaim reads the row ``FOR UPDATE``
+and the claim is an ``INSERT ... ON CONFLICT DO NOTHING``, so of two stores
+racing for one lease the second waits for the first to commit and then
+finds the row taken.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from ...commands.compression import (
 from ...commands.messages import MessageRow
 from ...encoding import decode_message_row
 from ...errors import CompressionSessionBusyError
-from ...rules import holder_process_is_dead, patched_model_config
+from ...rules import CHILD_INHERITED_COLUMNS, patched_model_config
 from ..queries.compression import continuation_sql
 from ..queries.core import MESSAGE_SELECT, message_dict
 from .common import insert_messages, require_session, row_count, store_prompt
@@ -42,7 +46,7 @@ async def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tu
     row = await conn.fetchrow(
         "SELECT holder, expires_at FROM compression_locks WHERE session_id = $1 FOR UPDATE", cmd.session_id
     )
-    if row is not None and (row[1] < now or holder_process_is_dead(row[0])):
+    if row is not None and row[1] < now:
         await conn.execute("DELETE FROM compression_locks WHERE session_id = $1 AND holder = $2", cmd.session_id, row[0])
         reclaimed = row[0]
     await conn.execute(
@@ -98,11 +102,7 @@ async def archive_and_compact(conn: Any, cmd: ArchiveAndCompact) -> int:
     return await _insert_counted(conn, cmd.session_id, cmd.rows)
 
 
-# Parent columns a continuation child copies (cwd and profile only when not given).
-_INHERITED = (
-    "git_branch", "git_repo_root", "user_id", "session_key", "chat_id", "chat_type",
-    "thread_id", "display_name", "origin_json",
-)
+_INHERITED = CHILD_INHERITED_COLUMNS
 _CHILD_COLUMNS = (
     "id", "source", "model", "model_config", "system_prompt_hash", "parent_session_id",
     "cwd", "profile_name", *_INHERITED, "started_at",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...rules import NUMBERED_TITLE, like_escape
+from ...rules import NUMBERED_TITLE, like_escape, numbered_titles
 from .compression import session_rows
 from .registry import query
 
@@ -19,12 +19,7 @@ async def _numbered(conn: Any, base: str) -> list[tuple[str, int, float]]:
     rows = await conn.fetch(
         "SELECT id, title, started_at FROM sessions WHERE title LIKE $1 ESCAPE '\\'", f"{like_escape(base)} #%"
     )
-    found = []
-    for session_id, title, started_at in rows:
-        match = NUMBERED_TITLE.match(title or "")
-        if match and match.group(1) == base:
-            found.append((session_id, int(match.group(2)), started_at or 0.0))
-    return found
+    return numbered_titles(rows, base)
 
 
 @query

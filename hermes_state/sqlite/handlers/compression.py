@@ -20,7 +20,7 @@ from ...commands.compression import (
 )
 from ...encoding import decode_message_row
 from ...errors import CompressionSessionBusyError
-from ...rules import patched_model_config
+from ...rules import CHILD_INHERITED_COLUMNS, patched_model_config
 from ..queries.compression import continuation_sql
 from ..queries.core import fetch_dicts
 from .common import holder_process_is_dead, require_session, store_prompt
@@ -88,11 +88,7 @@ def archive_and_compact(conn: Any, cmd: ArchiveAndCompact) -> int:
     return added
 
 
-# Parent columns a continuation child copies (cwd and profile only when not given).
-_INHERITED = (
-    "git_branch", "git_repo_root", "user_id", "session_key", "chat_id", "chat_type",
-    "thread_id", "display_name", "origin_json",
-)
+_INHERITED = CHILD_INHERITED_COLUMNS
 _CHILD_COLUMNS = (
     "id", "source", "model", "model_config", "system_prompt_hash", "parent_session_id",
     "cwd", "profile_name", *_INHERITED, "started_at",
