@@ -27,6 +27,7 @@ from ..search.fts_schema import (
     trash_tables,
 )
 from ..search.recovery import is_fts_corruption_error
+from ..search.snippet import MAX_FTS5_SNIPPET_HITS, bounded_snippet, hits_exceed, phrase_pattern
 from ..search.sanitize import (
     boolean_groups,
     contains_cjk,
@@ -40,7 +41,7 @@ from ..search.sanitize import (
     trigram_eligible,
 )
 from .core import fetch_dicts, resolve_prompt, snapshot
-from .registry import query
+from .registry import query, search_query
 
 __all__ = [
     "FtsRepairNeeded",
@@ -139,6 +140,7 @@ class _Search(NamedTuple):
     sort: str | None  # "newest", "oldest" or None (rank)
     include_inactive: bool
     repairable: bool
+    with_snippet: bool
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -164,7 +166,7 @@ class _Search(NamedTuple):
 
 _HIT_COLUMNS = (
     "m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name, "
-    "s.source, s.model, s.started_at AS session_started"
+    "s.source, s.model, s.started_at AS session_started, length(m.tool_calls)"
 )
 
 
@@ -198,10 +200,44 @@ _CANDIDATE_GROWTH = 8
 _PROBES_PER_STATEMENT = 100
 
 
-def _snippets(conn: Any, table: str, match: str, ids: Sequence[int]) -> dict[int, Any]:
-    """Snippets of the rows ``ids`` for ``match``, in as few index probes as the query allows."""
-    if not ids:
+# A row this short cannot hold enough hits to make snippet() slow.
+_SHORT_ROW_CHARS = 2 * MAX_FTS5_SNIPPET_HITS
+
+
+def _lenient(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _bounded_snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
+    """Our own snippets for the rows with too many hits for snippet(); the others are left out."""
+    substring = table != "messages_fts"
+    pattern = phrase_pattern(match, substring)
+    if pattern is None:
         return {}
+    found: dict[int, Any] = {}
+    for row in rows:
+        content = row[3]
+        size = len(content) if isinstance(content, (str, bytes)) else 0
+        if size + (row[9] or 0) <= _SHORT_ROW_CHARS:
+            continue
+        tool_calls = row[9] and conn.execute("SELECT tool_calls FROM messages WHERE id = ?", (row[0],)).fetchone()[0]
+        texts = [_lenient(content), _lenient(row[5]), _lenient(tool_calls)]
+        if hits_exceed(pattern, texts):
+            found[row[0]] = next(
+                (text for text in (bounded_snippet(t, pattern, substring) for t in texts) if text is not None), None
+            )
+    return found
+
+
+def _snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
+    """Snippets of ``rows`` for ``match``: snippet() in as few index probes as the query allows,
+    our bounded snippet for rows with many hits."""
+    found = _bounded_snippets(conn, table, match, rows)
+    ids = [row[0] for row in rows if row[0] not in found]
+    if not ids:
+        return found
     snippet = f"CAST({_SNIPPET.format(t=table)} AS BLOB)"
     if "*" in match:
         # Each probe of a prefix query re-expands the prefix, so scan the id
@@ -212,10 +248,10 @@ def _snippets(conn: Any, table: str, match: str, ids: Sequence[int]) -> dict[int
             f"AND (rowid + 0) IN ({marks})",
             (match, min(ids), max(ids), *ids),
         ).fetchall()
-        return dict(rows)
+        found.update(rows)
+        return found
     # One statement of id probes (integer ids inlined), in chunks that stay
     # under SQLite's limit on compound SELECTs.
-    found: dict[int, Any] = {}
     for start in range(0, len(ids), _PROBES_PER_STATEMENT):
         chunk = ids[start : start + _PROBES_PER_STATEMENT]
         sql = " UNION ALL ".join(
@@ -291,7 +327,7 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
             f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
         )
         rows = conn.execute(sql, [*params, req.limit, req.offset]).fetchall()
-    snippets = _snippets(conn, table, match, [row[0] for row in rows])
+    snippets = _snippets(conn, table, match, rows) if req.with_snippet else {}
     return [_hit(row, snippets.get(row[0])) for row in rows]
 
 
@@ -300,10 +336,7 @@ def _like_snippet(content: Any, term: str) -> Any:
     # the returned rows only.
     if content is None:
         return None
-    if isinstance(content, (bytes, bytearray, memoryview)):
-        content = bytes(content).decode("utf-8", "replace")
-    elif not isinstance(content, str):
-        content = str(content)
+    content = _lenient(content)
     at = content.find(term) if term else -1
     start = max(0, at - 40) if at >= 0 else 0
     return content[start : start + 120]
@@ -345,7 +378,7 @@ def _like_hits(
         f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
     )
     rows = conn.execute(sql, [*match_params, *params, limit, offset]).fetchall()
-    return [_hit(row, _like_snippet(row[3], snippet_term)) for row in rows]
+    return [_hit(row, _like_snippet(row[3], snippet_term) if req.with_snippet else None) for row in rows]
 
 
 def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
@@ -518,7 +551,7 @@ def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str,
     return windows
 
 
-@query
+@search_query
 def search_messages_rows(
     conn: Any,
     text: str,
@@ -530,6 +563,7 @@ def search_messages_rows(
     sort: str | None,
     include_inactive: bool,
     with_context: bool,
+    with_snippet: bool,
     repairable: bool,
     slow_ms: float,
 ) -> list[dict[str, Any]]:
@@ -542,7 +576,7 @@ def search_messages_rows(
     sanitized = sanitize_fts5_query(text)
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
-    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable)
+    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet)
     with snapshot(conn):
         route, hits = _route(conn, req, _read_state(conn))
         windows: dict[int, list[dict[str, Any]]] = {}
