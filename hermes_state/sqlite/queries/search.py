@@ -197,7 +197,12 @@ def _text(value: Any) -> Any:
 # filter applies; one retry with eight times as many, then a joined scan.
 _CANDIDATES = 64
 _CANDIDATE_GROWTH = 8
-_PROBES_PER_STATEMENT = 100
+# Hits whose context windows one statement looks up.
+_CONTEXT_CHUNK = 100
+# Snippets of up to this many rows are probed row by row; more take one pass.
+_PROBES_AT_MOST = 4
+# Ids bound into one statement (SQLite 3.40 allows 32,766 variables).
+_IDS_PER_STATEMENT = 500
 
 
 # A row this short cannot hold enough hits to make snippet() slow.
@@ -232,33 +237,32 @@ def _bounded_snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence
 
 
 def _snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
-    """Snippets of ``rows`` for ``match``: snippet() in as few index probes as the query allows,
-    our bounded snippet for rows with many hits."""
+    """Snippets of ``rows`` for ``match``: our bounded snippet for rows with many hits, and
+    snippet() for the others, by the cheaper way for how many rows are left.
+
+    A few rows: one probe each (each re-runs the MATCH for its row). More:
+    one pass over the matches in the rows' id range, which costs a fraction
+    of the ranking that came before it (no scoring).
+    """
     found = _bounded_snippets(conn, table, match, rows)
     ids = [row[0] for row in rows if row[0] not in found]
-    if not ids:
-        return found
     snippet = f"CAST({_SNIPPET.format(t=table)} AS BLOB)"
-    if "*" in match:
-        # Each probe of a prefix query re-expands the prefix, so scan the id
-        # range once; "rowid + 0" keeps SQLite from probing value by value.
-        marks = ", ".join("?" * len(ids))
-        rows = conn.execute(
-            f"SELECT rowid, {snippet} FROM {table} WHERE {table} MATCH ? AND rowid BETWEEN ? AND ? "
-            f"AND (rowid + 0) IN ({marks})",
-            (match, min(ids), max(ids), *ids),
-        ).fetchall()
-        found.update(rows)
+    if len(ids) <= _PROBES_AT_MOST:
+        sql = f"SELECT {snippet} FROM {table} WHERE {table} MATCH ? AND rowid = ?"
+        for rowid in ids:
+            probe = conn.execute(sql, (match, rowid)).fetchone()
+            found[rowid] = probe[0] if probe else None
         return found
-    # One statement of id probes (integer ids inlined), in chunks that stay
-    # under SQLite's limit on compound SELECTs.
-    for start in range(0, len(ids), _PROBES_PER_STATEMENT):
-        chunk = ids[start : start + _PROBES_PER_STATEMENT]
-        sql = " UNION ALL ".join(
-            f"SELECT {int(rowid)}, {snippet} FROM {table} WHERE {table} MATCH ?1 AND rowid = {int(rowid)}"
-            for rowid in chunk
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        chunk = ids[start : start + _IDS_PER_STATEMENT]
+        # "rowid + 0" keeps SQLite from turning the IN list into one probe per value.
+        found.update(
+            conn.execute(
+                f"SELECT rowid, {snippet} FROM {table} WHERE {table} MATCH ? AND rowid BETWEEN ? AND ? "
+                f"AND (rowid + 0) IN ({', '.join('?' * len(chunk))})",
+                (match, min(chunk), max(chunk), *chunk),
+            ).fetchall()
         )
-        found.update(conn.execute(sql, (match,)).fetchall())
     return found
 
 
@@ -270,38 +274,82 @@ def _default_rank(conn: Any, table: str) -> bool:
         return False
 
 
-def _ranked_candidates(conn: Any, req: _Search, table: str, match: str) -> list[Sequence[Any]] | None:
-    """The requested page by relevance, ranking ids first and joining only the winners.
+def _inline_snippet(table: str) -> str:
+    """snippet() for a row short enough that it cannot be slow, else NULL (the caller decides)."""
+    size = (
+        "(SELECT length(x.content) + coalesce(length(x.tool_calls), 0) "
+        f"FROM messages AS x WHERE x.id = {table}.rowid)"
+    )
+    return f"CASE WHEN {size} <= {_SHORT_ROW_CHARS} THEN CAST({_SNIPPET.format(t=table)} AS BLOB) END"
 
-    ``ORDER BY bm25(t), rowid`` with a LIMIT lets SQLite keep just the best
-    rows while scoring (FTS5's own ``ORDER BY rank`` materialises and sorts
-    every match), and gives the same order as ``rank`` (ties by rowid, as
-    FTS5's sort yields them). Only the visibility filter may drop rows here;
-    if too many of the best rows are hidden, None asks for the joined scan.
+
+def _snippets_inline(req: _Search, table: str) -> bool:
+    # A pass over a substring index's matches costs about as much as ranking
+    # them (phrase matching over many trigrams); there the ranked statement
+    # builds the snippets itself.
+    return req.with_snippet and table != "messages_fts"
+
+
+def _ranked_ids(conn: Any, req: _Search, table: str, match: str, count: int) -> tuple[list[int], dict[int, Any]]:
+    """The ``count`` best-ranked ids, with snippets when the statement can build them cheaply.
+
+    On ``messages_fts``, ``ORDER BY bm25(t), rowid`` with a LIMIT lets SQLite
+    keep just the best rows while scoring (FTS5's own ``ORDER BY rank``
+    materialises and sorts every match) in the same order as ``rank``, and
+    snippets are built afterwards for the page only. Where that is dear
+    (see :func:`_snippets_inline`) the statement is FTS5's ``ORDER BY
+    rank``, which builds each snippet for the rows it returns only, in the
+    same pass.
+    """
+    if not _snippets_inline(req, table):
+        rows = conn.execute(
+            f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?", (match, count)
+        ).fetchall()
+        return [r[0] for r in rows], {}
+    rows = conn.execute(
+        f"SELECT rowid, {_inline_snippet(table)} FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?",
+        (match, count),
+    ).fetchall()
+    return [r[0] for r in rows], {r[0]: r[1] for r in rows if r[1] is not None}
+
+
+def _visible_rows(conn: Any, ids: Sequence[int], where: list[str], params: list[Any]) -> dict[int, Sequence[Any]]:
+    """Hit rows of ``ids`` that pass the request's filters, by id."""
+    found: dict[int, Sequence[Any]] = {}
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        chunk = ids[start : start + _IDS_PER_STATEMENT]
+        clauses = " AND ".join([f"m.id IN ({', '.join('?' * len(chunk))})", *where])
+        rows = conn.execute(
+            f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {clauses}",
+            [*chunk, *params],
+        ).fetchall()
+        found.update((row[0], row) for row in rows)
+    return found
+
+
+def _ranked_candidates(
+    conn: Any, req: _Search, table: str, match: str
+) -> tuple[list[Sequence[Any]], dict[int, Any]] | None:
+    """The requested page by relevance (and any snippets built on the way), joining only the winners.
+
+    Only the visibility filter may drop rows here; if too many of the best
+    rows are hidden, None asks for the joined scan.
     """
     need = req.limit + req.offset
     where, params = req.filters()
-    count = max(_CANDIDATES, 2 * need)
+    # Inline snippets are built for every candidate: fetch just the page first.
+    count = need if _snippets_inline(req, table) else max(_CANDIDATES, 2 * need)
     for _ in range(2):
-        ids = [
-            r[0]
-            for r in conn.execute(
-                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?",
-                (match, count),
-            )
-        ]
+        ids, snippets = _ranked_ids(conn, req, table, match, count)
         if not ids:
-            return []
-        marks = ", ".join("?" * len(ids))
-        clauses = " AND ".join([f"m.id IN ({marks})", *where])
-        rows = conn.execute(
-            f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {clauses}",
-            [*ids, *params],
-        ).fetchall()
-        by_id = {row[0]: row for row in rows}
+            return [], {}
+        # Join the page's ids first; the spare candidates only when some were hidden.
+        by_id = _visible_rows(conn, ids[:need], where, params)
+        if len(by_id) < min(need, len(ids)):
+            by_id.update(_visible_rows(conn, ids[need:], where, params))
         ordered = [by_id[i] for i in ids if i in by_id]
         if len(ordered) >= need or len(ids) < count:
-            return ordered[req.offset : need]
+            return ordered[req.offset : need], snippets
         count *= _CANDIDATE_GROWTH
     return None
 
@@ -310,8 +358,11 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
     """Run ``match`` against FTS table ``table`` with the request's filters, order and page."""
     by_rank = req.sort not in ("newest", "oldest")
     rows: list[Sequence[Any]] | None = None
+    snippets: dict[int, Any] = {}
     if by_rank and not (req.sources is not None or req.excluded or req.roles) and _default_rank(conn, table):
-        rows = _ranked_candidates(conn, req, table, match)
+        ranked = _ranked_candidates(conn, req, table, match)
+        if ranked is not None:
+            rows, snippets = ranked
     if rows is None:
         where, params = req.filters()
         where.insert(0, f"{table} MATCH ?")
@@ -327,7 +378,8 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
             f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
         )
         rows = conn.execute(sql, [*params, req.limit, req.offset]).fetchall()
-    snippets = _snippets(conn, table, match, rows) if req.with_snippet else {}
+    if req.with_snippet:
+        snippets.update(_snippets(conn, table, match, [row for row in rows if row[0] not in snippets]))
     return [_hit(row, snippets.get(row[0])) for row in rows]
 
 
@@ -534,8 +586,8 @@ def _context_text(content: Any) -> str:
 def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     """For each hit id: the message before it, the hit, the message after (any active state)."""
     windows: dict[int, list[dict[str, Any]]] = {}
-    for start in range(0, len(hits), _PROBES_PER_STATEMENT):
-        chunk = hits[start : start + _PROBES_PER_STATEMENT]
+    for start in range(0, len(hits), _CONTEXT_CHUNK):
+        chunk = hits[start : start + _CONTEXT_CHUNK]
         params = [v for hit in chunk for v in (hit["id"], hit["session_id"], hit["timestamp"])]
         sql = _CONTEXT_SQL.format(values=", ".join(["(?, ?, ?)"] * len(chunk)))
         rows = {row[0]: row for row in conn.execute(sql, params).fetchall()}
