@@ -130,6 +130,11 @@ class StoreBase:
         """True once ``close()`` has been called."""
         return self._closed
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the store is bound to (by its first awaited call), or None before that."""
+        return self._loop
+
     async def _ensure_open(self) -> None:
         if self._closed:
             raise StoreClosedError()

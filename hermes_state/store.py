@@ -21,6 +21,7 @@ from .commands import (
     AppendMessages,
     DeleteSession,
     EndSession,
+    PopMessage,
     RecordAuxiliaryUsage,
     ReopenSession,
     ReplaceMessages,
@@ -280,6 +281,17 @@ class CoreMethods(StoreBase):
             session_id=require_id(session_id), rows=rows, active_only=bool(active_only), archive_dropped=bool(archive_dropped)
         )
         await self._write(command, size=rows_size(rows))
+
+    async def pop_message(self, session_id: str) -> dict[str, Any] | None:
+        """Delete the session's newest active message; returns it decoded (as ``get_messages`` would), or None.
+
+        The row is chosen and deleted by one queued command, so concurrent
+        pops remove distinct rows and never the same one twice. Counters drop
+        by the row and its tool calls. An unknown or empty session returns
+        None; the append guards apply (a session closed by compression raises
+        :class:`~hermes_state.CompressionSessionClosedError`).
+        """
+        return await self._write(PopMessage(session_id=require_id(session_id)), patience=TRANSCRIPT_PATIENCE)
 
     # ---------------------------------------------------------------------- usage
 

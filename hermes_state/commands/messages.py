@@ -63,3 +63,14 @@ class ReplaceMessages(Command, frozen=True):
     rows: tuple[MessageRow, ...]
     active_only: bool = False
     archive_dropped: bool = False
+
+
+class PopMessage(Command, frozen=True):
+    """Delete the session's newest active row and resolve to it (decoded), or None.
+
+    One command, so the newest row is chosen and removed inside one
+    transaction: concurrent pops take distinct rows, and a pop queued after
+    an append removes that append.
+    """
+
+    session_id: str
