@@ -24,13 +24,12 @@ import asyncio
 import os
 import random
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.search import pct
-from bench.search_zipf import PER_SESSION, SESSIONS, build, cache_path
+from bench.search_zipf import PER_SESSION, SESSIONS, prepare
 
 SEARCHERS = 4
 TARGET_RATIO = 2.0
@@ -72,15 +71,9 @@ async def searcher(db: Any, stop: asyncio.Event, outcomes: list[tuple[str, float
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from hermes_state import SessionDB
 
-    out = Path(args.dir)
-    out.mkdir(parents=True, exist_ok=True)
-    home = Path(tempfile.mkdtemp(prefix="hermes-bench-home-"))
-    os.environ["HERMES_HOME"] = str(home)
-    os.environ["HERMES_SEARCH_SLOW_MS"] = "1e12"
+    home, cached = await prepare(args)
+    out = cached.parent
     (home / "config.yaml").write_text(f"sessions:\n  search_timeout_ms: {args.deadline_ms}\n")
-    cached = cache_path(out)
-    if args.rebuild or not cached.exists():
-        await build(cached)
     seeded = out / f"{cached.stem}-pathological.db"
     if args.rebuild or not seeded.exists():
         shutil.copyfile(cached, seeded)

@@ -142,7 +142,10 @@ FALLBACK_CLASSES = ("phrase-fallback", "zero-hit")
 
 def bare_statement(cls: str, query: str) -> tuple[str, str]:
     """(sql, match) of the one statement that serves ``query`` of class ``cls``."""
-    from hermes_state.sqlite.search.sanitize import quote_for_substring_index, sanitize_fts5_query
+    from hermes_state.sqlite.search.sanitize import (
+        quote_for_substring_index,
+        sanitize_fts5_query,
+    )
 
     match = sanitize_fts5_query(query)
     table = "messages_fts"
@@ -185,10 +188,8 @@ async def measure(db: Any, bare: Any, queries: dict[str, list[str]], rounds: int
     return out
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from hermes_state import SessionDB
-    from hermes_state.sqlite.driver import open_connection, run_on
-
+async def prepare(args: argparse.Namespace) -> tuple[Path, Path]:
+    """A private HERMES_HOME (search logging off) and the cached corpus, built if missing: (home, corpus)."""
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="hermes-bench-home-"))
@@ -198,6 +199,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.rebuild or not cached.exists():
         print(f"building the Zipf corpus: {SESSIONS} sessions x {PER_SESSION:,} messages of {WORDS} words")
         await build(cached)
+    return home, cached
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from hermes_state import SessionDB
+    from hermes_state.sqlite.driver import open_connection, run_on
+
+    home, cached = await prepare(args)
+    out = cached.parent
     work = out / f"zipf-work-{os.getpid()}.db"
     shutil.copyfile(cached, work)
     bare = await open_connection(f"file:{work}?mode=ro", uri=True)
