@@ -18,7 +18,11 @@ from typing import Any
 import pytest
 
 from hermes_state import ConfigError, SearchTimeoutError, SessionDB, StoreClosedError
-from hermes_state.sqlite.search.snippet import bounded_snippet, hits_exceed, phrase_pattern
+from hermes_state.sqlite.search.snippet import (
+    bounded_snippet,
+    hits_exceed,
+    phrase_pattern,
+)
 
 # Counts far past anything that finishes during a test (minutes of work).
 _ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM (SELECT x FROM c LIMIT 20000000000)"
@@ -166,7 +170,7 @@ async def test_row_with_a_hundred_thousand_hits_searches_quickly(store: SessionD
         by_id = {hit["id"]: hit for hit in hits}
         assert big in by_id, query
         snippet = by_id[big]["snippet"]
-        assert snippet.startswith("...") or snippet.startswith("line 0")
+        assert snippet.startswith(("...", "line 0"))
         assert ">>>" in snippet and snippet.endswith("...")
         assert len(snippet) < 600
     hits = await store.search_messages("error", limit=5)

@@ -7,8 +7,9 @@ import logging
 import os
 import sqlite3
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -16,9 +17,16 @@ from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import StoreClosedError
-from .queries import SEARCH_QUERIES, query_for
-from .driver import driver_name, open_connection, run_on, sqlite_version_info
+from .driver import (
+    driver_name,
+    open_connection,
+    run_on,
+    sqlite_version_info,
+    submit,
+    to_stdlib_error,
+)
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
+from .queries import SEARCH_QUERIES, query_for
 from .safety import quarantine_zeroed_state_db, record_init_error
 from .schema import ensure_schema
 from .search.cjk import load_fts5_cjk_extension
@@ -105,7 +113,7 @@ class _Read:
 class _Lane:
     """One query-only connection and what runs on it."""
 
-    __slots__ = ("conn", "busy", "searches", "reads", "running", "lock")
+    __slots__ = ("busy", "conn", "lock", "reads", "running", "searches")
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
@@ -169,7 +177,7 @@ class SQLiteReader:
     interrupts every running read.
     """
 
-    def __init__(self, backend: "SQLiteBackend") -> None:
+    def __init__(self, backend: SQLiteBackend) -> None:
         self._backend = backend
 
     async def run(self, fn: Callable[..., T], *args: Any, search: bool = False) -> T:
@@ -190,29 +198,40 @@ class SQLiteReader:
         lane.busy += 1
         lane.searches += search
         lane.reads.add(read)
-        task = asyncio.ensure_future(run_on(lane.conn, _guarded, lane, read, fn, *args))
+        try:
+            work = submit(lane.conn, _guarded, lane, read, fn, *args)
+        except ValueError:  # the connection closed under us
+            self._release(lane, read, search, slots)
+            raise StoreClosedError() from None
 
-        def finished(done: "asyncio.Future[T]") -> None:
+        def finished(done: asyncio.Future[T]) -> None:
             # The connection is free only when the thread returns, which may
             # be after a cancelled caller has gone.
-            lane.busy -= 1
-            lane.searches -= search
-            lane.reads.discard(read)
-            if slots is not None:
-                slots.release()
+            self._release(lane, read, search, slots)
             if not done.cancelled():
                 done.exception()  # retrieved here so an abandoned failure is not logged
 
-        task.add_done_callback(finished)
+        work.add_done_callback(finished)
         try:
-            return await asyncio.shield(task)
+            return await asyncio.shield(work)
         except asyncio.CancelledError:
             lane.cancel(read)
             raise
-        except sqlite3.OperationalError:
+        except Exception as exc:
             if read.cancelled and not backend._lanes:
                 raise StoreClosedError() from None
-            raise
+            converted = to_stdlib_error(exc)
+            if converted is exc:
+                raise
+            raise converted from None
+
+    @staticmethod
+    def _release(lane: _Lane, read: _Read, search: bool, slots: asyncio.Semaphore | None) -> None:
+        lane.busy -= 1
+        lane.searches -= search
+        lane.reads.discard(read)
+        if slots is not None:
+            slots.release()
 
     async def query(self, name: str, *args: Any) -> Any:
         """Run the registered query ``name`` with ``args``; returns what it returns."""

@@ -27,7 +27,6 @@ from ..search.fts_schema import (
     trash_tables,
 )
 from ..search.recovery import is_fts_corruption_error
-from ..search.snippet import MAX_FTS5_SNIPPET_HITS, bounded_snippet, hits_exceed, phrase_pattern
 from ..search.sanitize import (
     boolean_groups,
     contains_cjk,
@@ -39,6 +38,13 @@ from ..search.sanitize import (
     quote_for_substring_index,
     sanitize_fts5_query,
     trigram_eligible,
+)
+from ..search.snippet import (
+    MAX_FTS5_SNIPPET_HITS,
+    bounded_snippet,
+    hits_exceed,
+    phrase_pattern,
+    query_phrases,
 )
 from .core import fetch_dicts, resolve_prompt, snapshot
 from .registry import query, search_query
@@ -199,8 +205,6 @@ _CANDIDATES = 64
 _CANDIDATE_GROWTH = 8
 # Hits whose context windows one statement looks up.
 _CONTEXT_CHUNK = 100
-# Snippets of up to this many rows are probed row by row; more take one pass.
-_PROBES_AT_MOST = 4
 # Ids bound into one statement (SQLite 3.40 allows 32,766 variables).
 _IDS_PER_STATEMENT = 500
 
@@ -238,21 +242,13 @@ def _bounded_snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence
 
 def _snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
     """Snippets of ``rows`` for ``match``: our bounded snippet for rows with many hits, and
-    snippet() for the others, by the cheaper way for how many rows are left.
+    snippet() for the others in one unscored pass over the matches in the rows' id range.
 
-    A few rows: one probe each (each re-runs the MATCH for its row). More:
-    one pass over the matches in the rows' id range, which costs a fraction
-    of the ranking that came before it (no scoring).
+    A probe per row would re-run the MATCH once per row instead of once.
     """
     found = _bounded_snippets(conn, table, match, rows)
     ids = [row[0] for row in rows if row[0] not in found]
     snippet = f"CAST({_SNIPPET.format(t=table)} AS BLOB)"
-    if len(ids) <= _PROBES_AT_MOST:
-        sql = f"SELECT {snippet} FROM {table} WHERE {table} MATCH ? AND rowid = ?"
-        for rowid in ids:
-            probe = conn.execute(sql, (match, rowid)).fetchone()
-            found[rowid] = probe[0] if probe else None
-        return found
     for start in range(0, len(ids), _IDS_PER_STATEMENT):
         chunk = ids[start : start + _IDS_PER_STATEMENT]
         # "rowid + 0" keeps SQLite from turning the IN list into one probe per value.
@@ -283,11 +279,15 @@ def _inline_snippet(table: str) -> str:
     return f"CASE WHEN {size} <= {_SHORT_ROW_CHARS} THEN CAST({_SNIPPET.format(t=table)} AS BLOB) END"
 
 
-def _snippets_inline(req: _Search, table: str) -> bool:
-    # A pass over a substring index's matches costs about as much as ranking
-    # them (phrase matching over many trigrams); there the ranked statement
-    # builds the snippets itself.
-    return req.with_snippet and table != "messages_fts"
+def _snippets_inline(req: _Search, table: str, match: str) -> bool:
+    """Whether the ranked statement should build the snippets itself.
+
+    Yes where evaluating the MATCH is the dear part (a substring index's
+    phrases over many trigrams, several terms to intersect): a second pass
+    would cost as much again. No for one term or phrase, where scoring
+    dominates: ``bm25()`` with a LIMIT, then one unscored pass, is cheaper.
+    """
+    return req.with_snippet and (table != "messages_fts" or len(query_phrases(match)) > 1)
 
 
 def _ranked_ids(conn: Any, req: _Search, table: str, match: str, count: int) -> tuple[list[int], dict[int, Any]]:
@@ -301,7 +301,7 @@ def _ranked_ids(conn: Any, req: _Search, table: str, match: str, count: int) -> 
     rank``, which builds each snippet for the rows it returns only, in the
     same pass.
     """
-    if not _snippets_inline(req, table):
+    if not _snippets_inline(req, table, match):
         rows = conn.execute(
             f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?", (match, count)
         ).fetchall()
@@ -338,7 +338,7 @@ def _ranked_candidates(
     need = req.limit + req.offset
     where, params = req.filters()
     # Inline snippets are built for every candidate: fetch just the page first.
-    count = need if _snippets_inline(req, table) else max(_CANDIDATES, 2 * need)
+    count = need if _snippets_inline(req, table, match) else max(_CANDIDATES, 2 * need)
     for _ in range(2):
         ids, snippets = _ranked_ids(conn, req, table, match, count)
         if not ids:

@@ -28,6 +28,7 @@ __all__ = [
     "bounded_snippet",
     "hits_exceed",
     "phrase_pattern",
+    "query_phrases",
 ]
 
 SNIPPET_TOKENS = 40
@@ -47,7 +48,7 @@ _ANCHORS = 16
 _LOOKBACK_CHARS = 4096
 
 
-def _phrases(match: str) -> list[tuple[str, bool]]:
+def query_phrases(match: str) -> list[tuple[str, bool]]:
     """(text, is_prefix) of each positive phrase of an FTS5 query, in order."""
     found: list[tuple[str, bool]] = []
     negate = False
@@ -74,7 +75,7 @@ def phrase_pattern(match: str, substring: bool) -> re.Pattern[str] | None:
     run on). None when the query has no positive phrase.
     """
     parts = []
-    for number, (text, prefix) in enumerate(_phrases(match)):
+    for number, (text, prefix) in enumerate(query_phrases(match)):
         if substring:
             body = re.escape(text)
         else:
