@@ -181,6 +181,19 @@ async def test_row_with_a_hundred_thousand_hits_searches_quickly(store: SessionD
     assert {tuple(hit) for hit in bare} == {("id", "session_id")}
 
 
+async def test_substring_fallback_on_a_row_with_many_hits_searches_quickly(store: SessionDB) -> None:
+    # "rror" matches no whole word, so the trigram index answers (spec 4.3);
+    # 60,000 hits in one row would keep snippet() busy for about a minute.
+    await store.create_session("chat", "cli")
+    pasted = "".join(f"{i} error " for i in range(60_000))
+    big = await store.append_message("chat", "user", pasted)
+    hits = await store.search_messages("rror", limit=5)
+    assert [hit["id"] for hit in hits] == [big]
+    snippet = hits[0]["snippet"]
+    assert snippet.count("e>>>rror<<<") >= 3 and snippet.endswith("...")
+    assert len(snippet) < 200
+
+
 async def test_without_the_snippet_field_no_snippet_is_built(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     await store.append_message("s", "user", "alpha beta")
