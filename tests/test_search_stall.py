@@ -194,6 +194,25 @@ async def test_substring_fallback_on_a_row_with_many_hits_searches_quickly(store
     assert len(snippet) < 200
 
 
+async def test_long_rows_are_read_in_part_without_changing_results(store: SessionDB) -> None:
+    # Index routes read the first 64 KiB of a hit; what lies beyond still counts.
+    await store.create_session("s", "cli")
+    late = "x " * 40_000 + "the needle here"
+    late_id = await store.append_message("s", "user", late)
+    parts = [{"type": "text", "text": "needle first " + "y" * 70_000}]
+    parts_id = await store.append_message("s", "user", parts)
+    nul = "needle\x00" + "z " * 40_000
+    nul_id = await store.append_message("s", "assistant", nul)
+    hits = {hit["id"]: hit for hit in await store.search_messages("needle")}
+    assert set(hits) == {late_id, parts_id, nul_id}
+    assert hits[late_id]["snippet"].endswith("the >>>needle<<< here")
+    window = {hit_id: hit["context"] for hit_id, hit in hits.items()}
+    assert window[late_id][0] == {"role": "user", "content": late[:200]}
+    assert window[late_id][1] == {"role": "user", "content": ("needle first " + "y" * 70_000)[:200]}
+    assert window[parts_id][2] == {"role": "assistant", "content": nul[:200]}
+    assert [m["content"] for m in await store.get_messages("s")] == [late, parts, nul]
+
+
 async def test_without_the_snippet_field_no_snippet_is_built(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     await store.append_message("s", "user", "alpha beta")

@@ -170,10 +170,46 @@ class _Search(NamedTuple):
         return where, params
 
 
+# Index routes hand Python at most this many bytes of a hit's content: its
+# context needs 200 characters and a snippet the first hits
+# (``_bounded_snippets`` reads the rest only when it must). Cut as bytes, so
+# NULs inside the text survive; ``_unclip`` turns the cut back into text.
+_CLIP_BYTES = 65536
+
+
+def _clipped(column: str) -> str:
+    """``column`` cut to its first bytes when long, then its type: two result columns."""
+    blob = f"CAST({column} AS BLOB)"
+    cut = f"CASE WHEN length({blob}) > {_CLIP_BYTES} THEN substr({blob}, 1, {_CLIP_BYTES}) ELSE {column} END"
+    return f"{cut}, typeof({column})"
+
+
+def _unclip(conn: Any, message_id: Any, value: Any, kind: str) -> tuple[Any, bool]:
+    """(content, was cut) from a :func:`_clipped` pair; cut encoded values are read whole again."""
+    if kind != "text" or not isinstance(value, bytes):
+        return value, False
+    if value.startswith(b"\x00"):  # an encoded value (structured content): only whole it decodes
+        return _column(conn, "content", message_id), False
+    return value.decode("utf-8", "replace"), True
+
+
+def _unclip_rows(conn: Any, rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """Rows of ``_INDEX_HIT_COLUMNS`` in the ``_HIT_COLUMNS`` layout, plus whether the content was cut."""
+    out = []
+    for row in rows:
+        content, cut = _unclip(conn, row[0], row[3], row[4])
+        out.append([*row[:3], content, *row[5:], cut])
+    return out
+
+
 _HIT_COLUMNS = (
     "m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name, "
     "s.source, s.model, s.started_at AS session_started, length(m.tool_calls)"
 )
+# The same, content cut (LIKE routes read it whole: their snippet may lie anywhere).
+_INDEX_HIT_COLUMNS = _HIT_COLUMNS.replace("m.content", _clipped("m.content"), 1)
+
+
 
 
 def _hit(row: Sequence[Any], snippet: Any) -> dict[str, Any]:
@@ -228,16 +264,24 @@ def _bounded_snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence
     found: dict[int, Any] = {}
     for row in rows:
         content = row[3]
-        size = len(content) if isinstance(content, (str, bytes)) else 0
-        if size + (row[9] or 0) <= _SHORT_ROW_CHARS:
+        if (len(content) if isinstance(content, (str, bytes)) else 0) + (row[9] or 0) <= _SHORT_ROW_CHARS:
             continue
-        tool_calls = row[9] and conn.execute("SELECT tool_calls FROM messages WHERE id = ?", (row[0],)).fetchone()[0]
+        tool_calls = row[9] and _column(conn, "tool_calls", row[0])
         texts = [_lenient(content), _lenient(row[5]), _lenient(tool_calls)]
-        if hits_exceed(pattern, texts):
+        many = hits_exceed(pattern, texts)
+        if not many and row[10]:  # few hits in the part read: count them all
+            texts[0] = _lenient(_column(conn, "content", row[0]))
+            many = hits_exceed(pattern, texts)
+        if many:
             found[row[0]] = next(
                 (text for text in (bounded_snippet(t, pattern, substring) for t in texts) if text is not None), None
             )
     return found
+
+
+def _column(conn: Any, name: str, message_id: int) -> Any:
+    row = conn.execute(f"SELECT {name} FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return None if row is None else row[0]
 
 
 def _snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
@@ -320,9 +364,10 @@ def _visible_rows(conn: Any, ids: Sequence[int], where: list[str], params: list[
         chunk = ids[start : start + _IDS_PER_STATEMENT]
         clauses = " AND ".join([f"m.id IN ({', '.join('?' * len(chunk))})", *where])
         rows = conn.execute(
-            f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {clauses}",
+            f"SELECT {_INDEX_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {clauses}",
             [*chunk, *params],
         ).fetchall()
+        rows = _unclip_rows(conn, rows)
         found.update((row[0], row) for row in rows)
     return found
 
@@ -373,11 +418,11 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
         else:
             order = f"ORDER BY m.timestamp {'DESC' if req.sort == 'newest' else 'ASC'}, rank"
         sql = (
-            f"SELECT {_HIT_COLUMNS} FROM {table} "
+            f"SELECT {_INDEX_HIT_COLUMNS} FROM {table} "
             f"JOIN messages AS m ON m.id = {table}.rowid JOIN sessions AS s ON s.id = m.session_id "
             f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
         )
-        rows = conn.execute(sql, [*params, req.limit, req.offset]).fetchall()
+        rows = _unclip_rows(conn, conn.execute(sql, [*params, req.limit, req.offset]).fetchall())
     if req.with_snippet:
         snippets.update(_snippets(conn, table, match, [row for row in rows if row[0] not in snippets]))
     return [_hit(row, snippets.get(row[0])) for row in rows]
@@ -561,7 +606,7 @@ def _zero_hit_fallback(conn: Any, req: _Search, state: _FtsState) -> tuple[list[
 # idx_messages_session (session_id, timestamp, rowid) backwards or forwards.
 _CONTEXT_SQL = """
 WITH hit(id, sid, ts) AS (VALUES {values})
-SELECT hit.id, before.id, before.role, before.content, after.id, after.role, after.content
+SELECT hit.id, before.id, before.role, {before}, after.id, after.role, {after}
 FROM hit
 LEFT JOIN messages AS before ON before.id = (
     SELECT x.id FROM messages AS x WHERE x.session_id = hit.sid AND (x.timestamp, x.id) < (hit.ts, hit.id)
@@ -589,16 +634,19 @@ def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str,
     for start in range(0, len(hits), _CONTEXT_CHUNK):
         chunk = hits[start : start + _CONTEXT_CHUNK]
         params = [v for hit in chunk for v in (hit["id"], hit["session_id"], hit["timestamp"])]
-        sql = _CONTEXT_SQL.format(values=", ".join(["(?, ?, ?)"] * len(chunk)))
+        sql = _CONTEXT_SQL.format(
+            values=", ".join(["(?, ?, ?)"] * len(chunk)), before=_clipped("before.content"), after=_clipped("after.content")
+        )
         rows = {row[0]: row for row in conn.execute(sql, params).fetchall()}
         for hit in chunk:
             row = rows.get(hit["id"])
             window = []
+            # row: hit id, then (id, role, content, its type) before and after
             if row is not None and row[1] is not None:
-                window.append({"role": row[2], "content": _context_text(row[3])})
+                window.append({"role": row[2], "content": _context_text(_unclip(conn, row[1], row[3], row[4])[0])})
             window.append({"role": hit["role"], "content": _context_text(hit["content"])})
-            if row is not None and row[4] is not None:
-                window.append({"role": row[5], "content": _context_text(row[6])})
+            if row is not None and row[5] is not None:
+                window.append({"role": row[6], "content": _context_text(_unclip(conn, row[5], row[7], row[8])[0])})
             windows[hit["id"]] = window
     return windows
 
