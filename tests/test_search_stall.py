@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,21 @@ def test_hit_counting_stops_at_the_limit() -> None:
     assert pattern is not None
     assert hits_exceed(pattern, ["x " * 10, "x"], limit=10)
     assert not hits_exceed(pattern, ["x " * 10], limit=10)
+
+
+def _own_nice(conn: Any) -> int:
+    import os
+    import threading
+
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority is a Linux feature")
+async def test_search_connections_run_at_a_lower_cpu_priority(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    lanes = _lanes(store)
+    assert [lane.background for lane in lanes] == [False] + [True] * (len(lanes) - 1)
+    # A search goes to a background connection; its thread is niced, the first one is not.
+    search_nice = await store._backend.reader.run(_own_nice, search=True)  # type: ignore[attr-defined]
+    plain_nice = await store._backend.reader.run(_own_nice)  # type: ignore[attr-defined]
+    assert search_nice > plain_nice

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -113,10 +114,11 @@ class _Read:
 class _Lane:
     """One query-only connection and what runs on it."""
 
-    __slots__ = ("busy", "conn", "lock", "reads", "running", "searches")
+    __slots__ = ("background", "busy", "conn", "lock", "reads", "running", "searches")
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
+        self.background = False  # searches run here; its thread yields the CPU to the others
         self.busy = 0
         self.searches = 0
         self.reads: set[_Read] = set()
@@ -142,6 +144,23 @@ class _Lane:
             for read in self.reads:
                 read.cancelled = True
             self._interrupt_connection()
+
+
+# Nice increment of the threads of the search connections: a search that
+# keeps a core busy (a huge row, a query matching half the store) then takes
+# CPU time from the other readers and the event loop only when they idle.
+SEARCH_THREAD_NICE = 10
+
+
+def _yield_cpu(raw: Any) -> None:
+    """Lower the calling connection thread's CPU priority (Linux: per thread; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + SEARCH_THREAD_NICE))
+    except OSError:
+        log.debug("could not lower the search thread's priority", exc_info=True)
 
 
 def _guarded(raw: Any, lane: _Lane, read: _Read, fn: Callable[..., T], *args: Any) -> T:
@@ -193,7 +212,10 @@ class SQLiteReader:
             if slots is not None:
                 slots.release()
             raise StoreClosedError()
-        lane = min(lanes, key=lambda item: (item.searches, item.busy))
+        if search:
+            lane = min((item for item in lanes if item.background or len(lanes) == 1), key=lambda item: (item.searches, item.busy))
+        else:
+            lane = min(lanes, key=lambda item: (item.searches, item.busy, item.background))
         read = _Read()
         lane.busy += 1
         lane.searches += search
@@ -270,7 +292,11 @@ class SQLiteBackend:
                 facts = await run_on(reader, _setup_reader, self.config, cjk, self.home)
                 for key, value in facts.items():
                     self._facts.setdefault(key, value)
-            # At least one connection stays free of searches (when there are two or more).
+            # Searches run on every connection but the first (when there are two
+            # or more), one at a time each, at a lower CPU priority.
+            for lane in self._lanes[1:]:
+                lane.background = True
+                await run_on(lane.conn, _yield_cpu)
             self._search_slots = asyncio.Semaphore(max(1, len(self._lanes) - 1))
         except BaseException as exc:
             record_init_error(f"{type(exc).__name__}: {exc}")
