@@ -66,39 +66,44 @@ def item_for(session: int, call: int) -> dict[str, Any]:
             "content": [{"type": "output_text", "text": f"Found it: {words}.", "annotations": []}]}
 
 
-async def run_shape(make_session: Callable[[str], Any], calls: int) -> tuple[float, float, list[list[Any]]]:
-    """Run the shape; returns (add seconds, get seconds, items read back per session)."""
+async def run_shape(make_session: Callable[[str], Any], calls: int) -> tuple[float, float, float, list[list[Any]]]:
+    """Run the shape; returns (add seconds, get seconds, CPU seconds of the process, items read back per session).
+
+    The CPU figure covers every thread of this process (event loop, writer and
+    reader threads, the SDK's worker threads) while the shape ran.
+    """
     sessions = [make_session(f"bench-{n}") for n in range(SESSIONS)]
 
     async def converse(n: int) -> None:
         for call in range(calls):
             await sessions[n].add_items([item_for(n, call)])
 
+    cpu = time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(converse(n) for n in range(SESSIONS)))
     added = time.perf_counter()
     read = await asyncio.gather(*(s.get_items() for s in sessions))
     done = time.perf_counter()
-    return added - started, done - added, read
+    return added - started, done - added, time.process_time() - cpu, read
 
 
-async def run_hermes(directory: Path, calls: int) -> tuple[float, float, list[list[Any]], dict[str, Any]]:
+async def run_hermes(directory: Path, calls: int) -> tuple[float, float, float, list[list[Any]], dict[str, Any]]:
     from hermes_state import SessionDB
     from hermes_state.integrations.openai_agents import HermesSession
 
     db = SessionDB(directory / "hermes" / "state.db")
     try:
         info = await db.storage_info()
-        add_s, get_s, read = await run_shape(lambda sid: HermesSession(sid, db), calls)
+        add_s, get_s, cpu_s, read = await run_shape(lambda sid: HermesSession(sid, db), calls)
         hits = await db.search_messages("deployment", limit=1)
         if not hits:
             raise RuntimeError("hermes: FTS found nothing; indexing is off")
     finally:
         await db.close()
-    return add_s, get_s, read, info
+    return add_s, get_s, cpu_s, read, info
 
 
-async def run_sdk(directory: Path, calls: int) -> tuple[float, float, list[list[Any]], dict[str, Any]]:
+async def run_sdk(directory: Path, calls: int) -> tuple[float, float, float, list[list[Any]], dict[str, Any]]:
     from agents import SQLiteSession
 
     path = directory / "sdk" / "sessions.db"
@@ -111,7 +116,7 @@ async def run_sdk(directory: Path, calls: int) -> tuple[float, float, list[list[
         return session
 
     try:
-        add_s, get_s, read = await run_shape(make, calls)
+        add_s, get_s, cpu_s, read = await run_shape(make, calls)
     finally:
         for session in opened:
             session.close()
@@ -121,7 +126,14 @@ async def run_sdk(directory: Path, calls: int) -> tuple[float, float, list[list[
             "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0],
             "sqlite_version": sqlite3.sqlite_version,
         }
-    return add_s, get_s, read, info
+    return add_s, get_s, cpu_s, read, info
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def verify(name: str, read: list[list[Any]], calls: int) -> None:
@@ -130,9 +142,10 @@ def verify(name: str, read: list[list[Any]], calls: int) -> None:
             raise RuntimeError(f"{name}: session {n} read back {len(items)} items that differ from the {calls} written")
 
 
-def figures(add_s: float, get_s: float, calls: int) -> dict[str, float]:
+def figures(add_s: float, get_s: float, cpu_s: float, calls: int) -> dict[str, float]:
     total = SESSIONS * calls
     return {
+        "cpu_us_per_item": cpu_s / total * 1e6,
         "add_items_per_s": total / add_s,
         "get_items_per_s": total / get_s,
         "shape_items_per_s": total / (add_s + get_s),
@@ -161,9 +174,9 @@ async def main() -> int:
             result: dict[str, Any] = {}
             for name in order:
                 runner = run_hermes if name == "hermes" else run_sdk
-                add_s, get_s, read, info = await runner(directory, calls)
+                add_s, get_s, cpu_s, read, info = await runner(directory, calls)
                 verify(name, read, calls)
-                result[name] = {**figures(add_s, get_s, calls), "storage": info}
+                result[name] = {**figures(add_s, get_s, cpu_s, calls), "storage": info}
         except Exception as exc:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
@@ -171,17 +184,20 @@ async def main() -> int:
             shutil.rmtree(directory, ignore_errors=True)
         result["ratio"] = result["hermes"]["shape_items_per_s"] / result["sdk"]["shape_items_per_s"]
         result["add_ratio"] = result["hermes"]["add_items_per_s"] / result["sdk"]["add_items_per_s"]
+        result["cpu_ratio"] = result["sdk"]["cpu_us_per_item"] / result["hermes"]["cpu_us_per_item"]
         runs.append(result)
         print(
             f"run {index + 1}: hermes {result['hermes']['shape_items_per_s']:8.0f} items/s "
             f"(add {result['hermes']['add_items_per_s']:.0f}/s, get {result['hermes']['get_items_per_s']:.0f}/s)  "
             f"sdk {result['sdk']['shape_items_per_s']:8.0f} items/s "
             f"(add {result['sdk']['add_items_per_s']:.0f}/s, get {result['sdk']['get_items_per_s']:.0f}/s)  "
-            f"ratio {result['ratio']:.2f}x"
+            f"ratio {result['ratio']:.2f}x; CPU/item hermes {result['hermes']['cpu_us_per_item']:.0f} us, "
+            f"sdk {result['sdk']['cpu_us_per_item']:.0f} us"
         )
 
     median = statistics.median(r["ratio"] for r in runs)
     median_add = statistics.median(r["add_ratio"] for r in runs)
+    median_cpu = statistics.median(r["cpu_ratio"] for r in runs)
     hermes_info, sdk_info = runs[0]["hermes"]["storage"], runs[0]["sdk"]["storage"]
     print(f"hermes storage: {hermes_info.get('journal_mode')} synchronous=full, sqlite {hermes_info.get('sqlite_version')}"
           f" ({hermes_info.get('driver')}), FTS on")
@@ -189,6 +205,7 @@ async def main() -> int:
           f"sqlite {sdk_info['sqlite_version']}")
     verdict = "PASS" if median >= TARGET else "MISS"
     print(f"median ratio over the shape: {median:.2f}x (add_items alone {median_add:.2f}x); target >= {TARGET:.1f}x: {verdict}")
+    print(f"median CPU per item, sdk / hermes: {median_cpu:.2f}x (load average now {_load()})")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"calls": calls, "sessions": SESSIONS, "runs": runs, "median_ratio": median,

@@ -9,7 +9,6 @@ the database.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -34,6 +33,7 @@ from .commands import (
 )
 from .encoding import encode_message_args, encode_message_dicts, hashed_prompt
 from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
+from .limits import NOT_JSON, check_json_value, int64_arg, json_text, parse_json_text
 from .methods.compression import CompressionMethods
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
@@ -61,10 +61,7 @@ class CoreMethods(StoreBase):
         config = fields.pop("model_config")
         if config is not None and not isinstance(config, dict):
             raise TypeError(f"model_config must be a dict or None, not {type(config).__name__}")
-        try:
-            config_json = json.dumps(config) if config else None
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"model_config cannot be stored as JSON: {exc}") from None
+        config_json = json_text(config, "model_config") if config else None
         parent = fields.get("parent_session_id")
         if parent is not None:
             require_id(parent, "parent_session_id")
@@ -156,7 +153,15 @@ class CoreMethods(StoreBase):
         return bool(removed)
 
     async def update_session_meta(self, session_id: str, model_config_json: str | None, model: str | None = None) -> None:
-        """Overwrite ``model_config`` with the given JSON text; keep the model when ``model`` is None. Returns None."""
+        """Overwrite ``model_config`` with the given JSON text; keep the model when ``model`` is None. Returns None.
+
+        The text is stored as given (like the reference, even if it is not
+        JSON); JSON that breaks the limits of :mod:`hermes_state.limits` raises.
+        """
+        if isinstance(model_config_json, str):
+            parsed = parse_json_text(model_config_json, "model_config_json")
+            if parsed is not NOT_JSON:
+                check_json_value(parsed, "model_config_json")
         await self._write(
             UpdateSessionMeta(
                 session_id=require_id(session_id),
@@ -249,9 +254,7 @@ class CoreMethods(StoreBase):
         session_id = require_id(session_id)
         holder = opt_text(compression_lock_holder, "compression_lock_holder")
         if chunk_rows is not None:
-            if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int):
-                raise TypeError(f"chunk_rows must be an int or None, not {type(chunk_rows).__name__}")
-            if chunk_rows <= 0:
+            if int64_arg(chunk_rows, "chunk_rows") <= 0:
                 raise ValueError("chunk_rows must be positive")
         rows = encode_message_dicts(messages)
         if not rows:

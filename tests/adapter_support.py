@@ -6,8 +6,11 @@ from hermes_state import SessionDB
 
 
 def reopen(store: SessionDB) -> SessionDB:
-    """A second, independent store over the same data as ``store`` (same backend, same file)."""
-    return SessionDB(store.db_path)
+    """A second, independent store over the same data as ``store`` (same backend, same file or schema).
+
+    ``db_path`` is the file on SQLite and the (password-free) DSN on PostgreSQL.
+    """
+    return type(store)(store.db_path)
 
 
 # Items of every kind the Agents SDK puts in a session, shaped as its TypedDicts

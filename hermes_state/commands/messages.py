@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from .base import Command
 
-# What the ``content`` column may hold after encoding: str, bytes, int, float
-# or None (see hermes_state.encoding). msgspec cannot decode a union of str
-# and bytes, so it is typed as Any; msgpack keeps the two apart on the wire.
+# What the ``content`` column may hold after encoding: str, bytes or None (see
+# hermes_state.encoding). msgspec cannot decode a union of str and bytes, so
+# it is typed as Any; msgpack keeps the two apart on the wire.
 ContentValue = Any
+# How a backend with a kind column labels stored content (encoding.split_content).
+ContentKind = Literal["text", "json", "bytes"]
 
 
 class MessageRow(msgspec.Struct, frozen=True, array_like=True):
