@@ -152,7 +152,7 @@ class _Lane:
 # Nice increment of the threads of the search connections: a search that
 # keeps a core busy (a huge row, a query matching half the store) then takes
 # CPU time from the other readers and the event loop only when they idle.
-SEARCH_THREAD_NICE = 10
+SEARCH_THREAD_NICE = 5
 
 
 def _yield_cpu(raw: Any) -> None:
