@@ -258,15 +258,16 @@ def _lenient(value: Any) -> str:
 
 def _bounded_snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
     """Our own snippets for the rows with too many hits for snippet(); the others are left out."""
+    long_rows = [
+        row for row in rows if (len(row[3]) if isinstance(row[3], (str, bytes)) else 0) + (row[9] or 0) > _SHORT_ROW_CHARS
+    ]
     substring = table != "messages_fts"
-    pattern = phrase_pattern(match, substring)
+    pattern = phrase_pattern(match, substring) if long_rows else None
     if pattern is None:
         return {}
     found: dict[int, Any] = {}
-    for row in rows:
+    for row in long_rows:
         content = row[3]
-        if (len(content) if isinstance(content, (str, bytes)) else 0) + (row[9] or 0) <= _SHORT_ROW_CHARS:
-            continue
         tool_calls = row[9] and _column(conn, "tool_calls", row[0])
         texts = [_lenient(content), _lenient(row[5]), _lenient(tool_calls)]
         many = hits_exceed(pattern, texts)
