@@ -329,6 +329,8 @@ class SQLiteBackend:
 
     async def explain_damage(self, conn: aiosqlite.Connection, exc: BaseException) -> sqlite3.DatabaseError:
         """The error a read that met corruption raises: file damage stops writes, index damage says so."""
+        if self.damaged is not None:
+            return self._mark_damaged(exc)
         try:
             tables = await run_on(conn, damaged_tables)
         except Exception:  # the check itself could not run: treat the file as damaged
