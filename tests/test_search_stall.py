@@ -25,6 +25,9 @@ from hermes_state.sqlite.search.snippet import (
     phrase_pattern,
 )
 
+# The reader pool, interrupts and snippets tested here are the SQLite backend's.
+pytestmark = pytest.mark.backends("sqlite")
+
 # Counts far past anything that finishes during a test (minutes of work).
 _ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM (SELECT x FROM c LIMIT 20000000000)"
 
