@@ -25,6 +25,9 @@ from hermes_state.sqlite.handlers.message_rows import (
     chunk_sizes,
 )
 
+# PostgreSQL: SQLite's write-path internals.
+pytestmark = pytest.mark.backends("sqlite")
+
 _PROBE_COLUMNS = ", ".join(f"typeof({c}), {c}" for c in MESSAGE_COLUMNS[1:])
 
 
