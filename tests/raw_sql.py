@@ -1,72 +1,63 @@
-"""Raw SQL beside a store, on either backend: set up states the API cannot reach, inspect stored rows.
+"""Raw SQL on a store's database, for arranging rows the API cannot write and for inspecting them.
 
-Statements use ``?`` placeholders; on PostgreSQL they become ``$1, $2, ...``
-and run through a separate asyncpg connection on the store's own schema.
-On SQLite they run through the store's own SQLite library on its file.
+Works on both backends: a separate autocommit connection to the SQLite file,
+or a separate asyncpg connection to the PostgreSQL store's schema. Write the
+statement with ``?`` placeholders; on PostgreSQL they become ``$1, $2, ...``
+(test SQL never has a literal ``?``). Statements must be valid on both
+dialects; tests that need a dialect's own feature (triggers, file locks)
+are marked for that backend.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import re
-from contextlib import closing
 from typing import Any
 
 from hermes_state.sqlite.driver import driver_module
 
 
 def is_postgres(db: Any) -> bool:
-    """True when ``db`` is a PostgreSQL store."""
-    return str(db.db_path).startswith("postgresql")
+    """Whether ``db`` is a PostgreSQL store."""
+    return hasattr(db, "_dsn")
 
 
 def _numbered(sql: str) -> str:
-    counter = itertools.count(1)
-    return re.sub(r"\?", lambda _: f"${next(counter)}", sql)
+    parts = sql.split("?")
+    return "".join(part + (f"${i}" if i < len(parts) else "") for i, part in enumerate(parts, 1))
 
 
-async def _pg(db: Any, sql: str, params: tuple[Any, ...], fetch: bool) -> list[tuple[Any, ...]]:
-    import asyncpg
+async def fetch_rows(db: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on a separate connection; returns its rows as tuples."""
+    if is_postgres(db):
+        import asyncpg
 
-    from hermes_state.postgres.dsn import asyncpg_dsn
+        from hermes_state.postgres.dsn import asyncpg_dsn
 
-    conn = await asyncpg.connect(asyncpg_dsn(db._backend.dsn))
-    try:
-        if fetch:
+        conn = await asyncpg.connect(asyncpg_dsn(db._dsn))
+        try:
             return [tuple(r) for r in await conn.fetch(_numbered(sql), *params)]
-        await conn.execute(_numbered(sql), *params)
-        return []
+        finally:
+            await conn.close()
+    conn = driver_module().connect(str(db.db_path), isolation_level=None)
+    try:
+        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
     finally:
-        await conn.close()
+        conn.close()
 
 
-def _sqlite(path: Any, sql: str, params: tuple[Any, ...], fetch: bool) -> list[tuple[Any, ...]]:
-    # The store's own SQLite library, so file locks of both connections see each other.
-    with closing(driver_module().connect(str(path), timeout=10)) as conn:
-        rows = conn.execute(sql, params).fetchall()
-        conn.commit()
-        return rows if fetch else []
+async def raw_exec(db: Any, sql: str, params: tuple[Any, ...] = ()) -> None:
+    """Run one statement on the store's database through a separate connection."""
+    await fetch_rows(db, sql, params)
 
 
-async def raw_rows(db: Any, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    """The rows ``sql`` returns, as tuples."""
-    if is_postgres(db):
-        return await _pg(db, sql, params, True)
-    return await asyncio.to_thread(_sqlite, db.db_path, sql, params, True)
-
-
-async def raw_exec(db: Any, sql: str, *params: Any) -> None:
-    """Run and commit ``sql``."""
-    if is_postgres(db):
-        await _pg(db, sql, params, False)
-    else:
-        await asyncio.to_thread(_sqlite, db.db_path, sql, params, False)
+async def set_columns(db: Any, session_id: str, **values: Any) -> None:
+    """Set session columns the API does not write directly (started_at, title, flags...)."""
+    assignments = ", ".join(f"{k} = ?" for k in values)
+    await raw_exec(db, f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
 
 
 def store_target(db: Any) -> str:
     """What opens another store on ``db``'s database: the SQLite path, or the PostgreSQL DSN with its schema."""
-    return str(db._backend.dsn) if is_postgres(db) else str(db.db_path)
+    return str(db._dsn) if is_postgres(db) else str(db.db_path)
 
 
 def open_store(target: str, **kwargs: Any) -> Any:

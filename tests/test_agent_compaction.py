@@ -14,7 +14,6 @@ from hermes_state import SessionDB
 
 from .test_agent_support import needs, rows
 
-
 LONG = "background detail " * 120  # ~2,000 characters: over the threshold below
 THRESHOLD = 300  # estimated tokens
 

@@ -16,9 +16,6 @@ from hermes_agent.loopback import LoopbackChatServer
 from hermes_agent.providers import usage_from_openai
 from hermes_state import SessionDB
 
-# PostgreSQL: the agent records token usage, not on that backend yet (issue 11 phase 2); drop the mark when it is.
-pytestmark = pytest.mark.backends("sqlite")
-
 pytest.importorskip("openai")
 
 

@@ -20,8 +20,8 @@ from hermes_state import (
 )
 from hermes_state.sqlite.driver import driver_module
 
+from .raw_sql import fetch_rows
 from .raw_sql import raw_exec as store_exec
-from .raw_sql import raw_rows as store_rows
 
 
 def raw_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -52,10 +52,10 @@ async def test_acquire_is_exclusive_and_reacquire_does_not_extend(store: Session
     assert await store.try_acquire_compression_lock("s", "holder-a", ttl_seconds=60)
     assert not await store.try_acquire_compression_lock("s", "holder-b", ttl_seconds=60)
     assert await store.get_compression_lock_holder("s") == "holder-a"
-    (expires_before,) = (await store_rows(store, "SELECT expires_at FROM compression_locks WHERE session_id = 's'"))[0]
+    (expires_before,) = (await fetch_rows(store, "SELECT expires_at FROM compression_locks WHERE session_id = 's'"))[0]
     await asyncio.sleep(0.01)
     assert await store.try_acquire_compression_lock("s", "holder-a", ttl_seconds=600)
-    (expires_after,) = (await store_rows(store, "SELECT expires_at FROM compression_locks WHERE session_id = 's'"))[0]
+    (expires_after,) = (await fetch_rows(store, "SELECT expires_at FROM compression_locks WHERE session_id = 's'"))[0]
     assert expires_after == expires_before
     # Leases do not need the session to exist.
     assert await store.get_session("s") is None
@@ -65,7 +65,7 @@ async def test_refresh_extends_only_for_the_owner(store: SessionDB) -> None:
     assert await store.try_acquire_compression_lock("s", "a", ttl_seconds=1)
     assert not await store.refresh_compression_lock("s", "b", ttl_seconds=100)
     assert await store.refresh_compression_lock("s", "a", ttl_seconds=100)
-    (expires,) = (await store_rows(store, "SELECT expires_at FROM compression_locks"))[0]
+    (expires,) = (await fetch_rows(store, "SELECT expires_at FROM compression_locks"))[0]
     assert expires > time.time() + 90
     assert not await store.refresh_compression_lock("other", "a")
 

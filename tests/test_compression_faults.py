@@ -25,7 +25,7 @@ from hermes_state.sqlite.driver import driver_module
 
 from .conftest import BACKENDS
 from .postgres_support import schema_connect
-from .raw_sql import open_store, raw_rows, store_target
+from .raw_sql import fetch_rows, open_store, store_target
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -149,7 +149,7 @@ async def test_processes_race_for_one_lease(target: str, tmp_path: Path) -> None
                 proc.wait()
     assert sorted(outcomes) == ["lost", "lost", "lost", "won"]
     async with open_store(target) as db:
-        ((holder,),) = await raw_rows(db, "SELECT holder FROM compression_locks WHERE session_id = 'shared'")
+        ((holder,),) = await fetch_rows(db, "SELECT holder FROM compression_locks WHERE session_id = 'shared'")
     assert holder == f"pid=0:racer={outcomes.index('won')}"
 
 

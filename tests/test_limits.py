@@ -40,23 +40,17 @@ async def test_odd_text_round_trips(store: SessionDB, text: str) -> None:
     assert rows[0]["tool_name"] == (text or None)
 
 
-@pytest.mark.backends("sqlite")  # NUL in tool_name: a known PostgreSQL gap (TEXT cannot hold NUL; see README)
+@pytest.mark.backends("sqlite")  # NUL outside message content: refused on PostgreSQL (README differences)
 async def test_nul_text_round_trips_in_content_and_tool_name(store: SessionDB) -> None:
     await test_odd_text_round_trips(store, "\x00 NUL inside")
 
 
 @pytest.mark.backends("postgres")
-async def test_nul_in_tool_name_fails_alone_on_postgres(store: SessionDB) -> None:
-    # The known gap pinned: the write fails by itself with a ValueError and stores nothing.
+async def test_nul_in_tool_name_is_refused_at_the_call_site_on_postgres(store: SessionDB) -> None:
     await store.create_session("s", "cli")
-    results = await asyncio.gather(
-        store.append_message("s", "user", "before"),
-        store.append_message("s", "tool", "x", tool_name="a\x00b"),
-        store.append_message("s", "user", "after"),
-        return_exceptions=True,
-    )
-    assert isinstance(results[1], ValueError) and "NUL" in str(results[1])
-    assert [m["content"] for m in await store.get_messages("s")] == ["before", "after"]
+    with pytest.raises(ValueError, match="tool_name must not contain NUL"):
+        await store.append_message("s", "tool", "x", tool_name="a\x00b")
+    assert await store.get_messages("s") == []
 
 
 async def test_nul_text_round_trips_in_content(store: SessionDB) -> None:

@@ -240,7 +240,7 @@ async def test_reopen_orphaned_compression_session(store: SessionDB) -> None:
     await store.end_session("p", "compression")
     assert await store.try_acquire_compression_lock("p", "h", ttl_seconds=60)
     assert not await store.reopen_orphaned_compression_session("p")  # a live lease owns it
-    await raw_exec(store, "UPDATE compression_locks SET expires_at = ? WHERE session_id = 'p'", time.time() - 1)
+    await raw_exec(store, "UPDATE compression_locks SET expires_at = ? WHERE session_id = 'p'", (time.time() - 1,))
     assert await store.reopen_orphaned_compression_session("p")
     session = await store.get_session("p")
     assert session is not None and session["ended_at"] is None and session["end_reason"] is None
@@ -264,7 +264,7 @@ async def test_finalize_orphaned_compression_sessions(store: SessionDB) -> None:
     await store.create_session("unrelated", "cli")
     await store.append_message("unrelated", "user", "hi")
     week_ago = time.time() - 8 * 86400
-    await raw_exec(store, "UPDATE sessions SET started_at = ? WHERE id <> 'fresh'", week_ago)
+    await raw_exec(store, "UPDATE sessions SET started_at = ? WHERE id <> 'fresh'", (week_ago,))
     # A child that made an API call is in use (the rule reads api_call_count).
     await raw_exec(store, "UPDATE sessions SET api_call_count = 1 WHERE id = 'billed'")
     assert await store.finalize_orphaned_compression_sessions() == 1

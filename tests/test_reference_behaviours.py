@@ -12,9 +12,6 @@ from hermes_state import (
     SessionResumeTooLargeError,
 )
 
-# Import and export are not on PostgreSQL yet (issue 11 phase 2, export/import group).
-WAITS_FOR_EXPORT = pytest.mark.backends("sqlite")
-
 
 async def test_session_switch_reset_child_is_not_a_resume_target(store: SessionDB) -> None:
     await store.create_session("parent", "telegram", session_key="chat-1")
@@ -54,7 +51,6 @@ async def test_rewind_returns_display_metadata_as_stored_text(store: SessionDB) 
     assert rows[0]["id"] == target and rows[0]["display_metadata"] == metadata
 
 
-@WAITS_FOR_EXPORT
 async def test_import_detaches_missing_and_cyclic_parents(store: SessionDB) -> None:
     payload = [
         {"id": "missing", "parent_session_id": "absent"},
@@ -69,7 +65,6 @@ async def test_import_detaches_missing_and_cyclic_parents(store: SessionDB) -> N
     assert (again["ok"], again["imported"], again["skipped"], again["detached"]) == (True, 0, 3, 0)
 
 
-@WAITS_FOR_EXPORT
 async def test_import_keeps_a_parent_that_comes_later_in_the_payload(store: SessionDB) -> None:
     await store.create_session("stored", "cli")
     result = await store.import_sessions(
@@ -80,7 +75,6 @@ async def test_import_keeps_a_parent_that_comes_later_in_the_payload(store: Sess
     assert (await store.get_session("later"))["parent_session_id"] == "stored"
 
 
-@WAITS_FOR_EXPORT
 async def test_zero_limit_disables_the_guards_and_returns_the_count(store: SessionDB) -> None:
     await store.create_session("p", "cli")
     await store.append_messages_batch("p", [{"role": "user", "content": f"m{i}"} for i in range(3)])

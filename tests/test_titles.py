@@ -181,7 +181,7 @@ async def test_resolve_prefers_the_newest_numbered_continuation(store: SessionDB
                                 ("x1", "CHAT #9", 9.0), ("x2", "Chat #final", 9.0), ("x3", "Chat_50%", 9.0)):
         await sessions(store, sid)
         await store.set_session_title(sid, title)
-        await raw_exec(store, "UPDATE sessions SET started_at = ? WHERE id = ?", started, sid)
+        await raw_exec(store, "UPDATE sessions SET started_at = ? WHERE id = ?", (started, sid))
     assert await store.resolve_session_by_title("Chat") == "s2"  # newest by start, not by number
     assert await store.resolve_session_by_title("Chat_50%") == "x3"
     assert await store.resolve_session_by_title("Chat #2") == "s2"

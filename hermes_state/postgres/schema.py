@@ -138,27 +138,17 @@ INDEXES: dict[str, str] = {
 }
 _UNIQUE_INDEXES = {"idx_sessions_title_unique": "sessions (title) WHERE title IS NOT NULL"}
 
-# name -> CREATE OR REPLACE FUNCTION statement. ``hermes_json_marker(doc, key)``
-# is SQLite's ``CASE WHEN json_valid(doc) THEN json_extract(doc, '$.key') END``
-# as text: PostgreSQL 15 has no json_valid, and a bare ``doc::jsonb`` raises on
-# free text. A document that cannot contain ``key`` (neither it nor a \u escape
-# appears) skips the parse and its subtransaction.
+# name -> CREATE OR REPLACE statement. ``hermes_config_marker(model_config, key)`` is
+# SQLite's ``CASE WHEN json_valid(c) THEN json_extract(c, '$.key') END`` as text:
+# PostgreSQL 15 has no json_valid and a failed cast would abort the statement.
 FUNCTIONS: dict[str, str] = {
-    "hermes_json_marker": r"""
-CREATE OR REPLACE FUNCTION hermes_json_marker(doc text, key text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
-BEGIN
-    IF doc IS NULL OR (strpos(doc, key) = 0 AND strpos(doc, E'\\u') = 0) THEN
-        RETURN NULL;
-    END IF;
-    BEGIN
-        RETURN doc::jsonb ->> key;
-    EXCEPTION WHEN others THEN
-        RETURN NULL;
-    END;
-END
-$fn$
-""",
+    "hermes_config_marker": (
+        "CREATE OR REPLACE FUNCTION hermes_config_marker(config text, key text) RETURNS text "
+        "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$ BEGIN "
+        "IF config IS NULL OR strpos(config, key) = 0 THEN RETURN NULL; END IF; "
+        "RETURN config::json ->> key; "
+        "EXCEPTION WHEN others THEN RETURN NULL; END $fn$"
+    ),
 }
 
 
@@ -171,16 +161,6 @@ def _create_table_sql(table: str) -> str:
 def _add_column_type(kind: str) -> str:
     # Columns added to an existing table get the type and default, not the key.
     return kind.replace(" PRIMARY KEY", "")
-
-
-async def _functions(conn: Any) -> set[str]:
-    """Names of this schema's :data:`FUNCTIONS` present in the current schema."""
-    rows = await conn.fetch(
-        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-        "WHERE n.nspname = current_schema() AND p.proname = ANY($1::text[])",
-        list(FUNCTIONS),
-    )
-    return {r[0] for r in rows}
 
 
 async def _catalog(conn: Any) -> tuple[dict[str, set[str]], set[str], set[str]]:
@@ -203,6 +183,17 @@ async def _catalog(conn: Any) -> tuple[dict[str, set[str]], set[str], set[str]]:
         )
     }
     return columns, indexes, fks
+
+
+async def _functions(conn: Any) -> set[str]:
+    return {
+        r[0]
+        for r in await conn.fetch(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = current_schema() AND p.proname = ANY($1::text[])",
+            list(FUNCTIONS),
+        )
+    }
 
 
 def _is_current(columns: dict[str, set[str]], indexes: set[str], fks: set[str]) -> bool:
@@ -248,9 +239,6 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
             for name, kind in cols:
                 if name not in columns[table]:
                     await conn.execute(f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS "{name}" {_add_column_type(kind)}')
-        for name, statement in FUNCTIONS.items():
-            if name not in functions:
-                await conn.execute(statement)
         for name, (table, definition) in FOREIGN_KEYS.items():
             if name not in fks:
                 await conn.execute(f'ALTER TABLE "{table}" ADD CONSTRAINT "{name}" {definition}')
@@ -260,6 +248,9 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
         for name, body in _UNIQUE_INDEXES.items():
             if name not in indexes:
                 await conn.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS "{name}" ON {body}')
+        for name, statement in FUNCTIONS.items():
+            if name not in functions:
+                await conn.execute(statement)
         _refuse_newer(await _versions(conn))
         await conn.execute("DELETE FROM schema_version")
         await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", SCHEMA_VERSION)

@@ -33,8 +33,8 @@ from ...commands.messages import MessageRow
 from ...encoding import decode_message_row
 from ...errors import CompressionSessionBusyError
 from ...rules import CHILD_INHERITED_COLUMNS, patched_model_config
-from ..queries.compression import continuation_sql
 from ..queries.core import MESSAGE_SELECT, message_dict
+from ..queries.lineage_sql import continuation_sql
 from .common import insert_messages, require_session, row_count, store_prompt
 from .registry import handles
 

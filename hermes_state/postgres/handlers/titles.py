@@ -12,7 +12,7 @@ from typing import Any
 
 from ...commands.titles import SetLineageFlag, SetSessionTitle, SetSessionTitleSource
 from ...rules import TITLE_RANK, title_rank
-from ..queries.compression import lineage_ids_cte
+from ..queries.lineage_sql import lineage_ids_cte
 from .common import row_count
 from .registry import handles
 

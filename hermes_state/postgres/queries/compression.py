@@ -1,11 +1,9 @@
 """Read queries for compression leases, lineage walks, resume and the compressor's counters.
 
 The names, arguments and result shapes of ``sqlite.queries.compression``.
-The SQL fragments at the top say which parent links form a compression
-lineage; the write handlers (compression, titles) use the same fragments,
-so reads and writes agree on what a continuation is. ``model_config``
-markers go through the schema's ``hermes_json_marker`` function, which
-reads free text the way SQLite's ``json_valid``/``json_extract`` pair does.
+Which parent links form a compression lineage is said once, by the SQL
+fragments of ``lineage_sql``; the write handlers (compression, titles) use
+them too, so reads and writes agree on what a continuation is.
 """
 
 from __future__ import annotations
@@ -16,71 +14,13 @@ from typing import Any
 from ...errors import SessionResumeTooLargeError
 from ...limits import INT64_MAX
 from .core import MESSAGE_SELECT, message_dict, session_chain
+from .lineage_sql import compression_tip, continuation_sql
 from .registry import query
 
-__all__ = [
-    "compression_tip",
-    "continuation_sql",
-    "last_active_sql",
-    "lineage_ids_cte",
-    "marker_sql",
-    "session_rows",
-]
+__all__ = ["session_rows"]
 
-# Hop limits of the reference store (malformed data must not loop forever).
-TIP_MAX_HOPS = 100
+# Hop limit of a resume walk (malformed data must not loop forever).
 RESUME_MAX_HOPS = 32
-
-
-def marker_sql(alias: str, key: str) -> str:
-    """SQL for the ``model_config`` marker ``key`` of ``alias`` as text (NULL when absent or not JSON)."""
-    return f"hermes_json_marker({alias}.model_config, '{key}')"
-
-
-def continuation_sql(alias: str) -> str:
-    """SQL that is true when ``alias`` is not an explicit fork of its parent (tool run, branch, delegate, reset)."""
-    return (
-        f"(COALESCE({alias}.source, '') <> 'tool'"
-        f" AND {marker_sql(alias, '_branched_from')} IS NULL"
-        f" AND {marker_sql(alias, '_delegate_from')} IS NULL"
-        f" AND {marker_sql(alias, '_reset_from')} IS NULL)"
-    )
-
-
-def last_active_sql(alias: str) -> str:
-    """SQL for the freshest of ``last_activity_at`` and the newest message, else ``started_at``."""
-    return (
-        f"COALESCE(NULLIF(GREATEST(COALESCE({alias}.last_activity_at, 0), "
-        f"COALESCE((SELECT MAX(lm.timestamp) FROM messages AS lm WHERE lm.session_id = {alias}.id), 0)), 0), "
-        f"{alias}.started_at)"
-    )
-
-
-def lineage_ids_cte(param: str = "$1") -> str:
-    """A ``WITH RECURSIVE`` prefix defining ``ancestors(id)`` and ``lineage(id)`` for session ``param``.
-
-    ``ancestors`` climbs compression parents to the root; ``lineage`` adds
-    every continuation below any of them (siblings and later tips included).
-    """
-    return f"""
-WITH RECURSIVE
-  ancestors(id) AS (
-    SELECT {param}::text
-    UNION
-    SELECT p.id FROM ancestors AS a
-    JOIN sessions AS c ON c.id = a.id
-    JOIN sessions AS p ON p.id = c.parent_session_id
-    WHERE p.end_reason = 'compression' AND {continuation_sql('c')}
-  ),
-  lineage(id) AS (
-    SELECT id FROM ancestors
-    UNION
-    SELECT c.id FROM lineage AS l
-    JOIN sessions AS p ON p.id = l.id
-    JOIN sessions AS c ON c.parent_session_id = p.id
-    WHERE p.end_reason = 'compression' AND {continuation_sql('c')}
-  )
-"""
 
 
 async def session_rows(conn: Any, where: str, params: tuple[Any, ...], tail: str = "") -> list[dict[str, Any]]:
@@ -98,15 +38,6 @@ async def session_rows(conn: Any, where: str, params: tuple[Any, ...], tail: str
     return rows
 
 
-_TIP_STEP_SQL = f"""
-SELECT c.id FROM sessions AS p JOIN sessions AS c ON c.parent_session_id = p.id
-WHERE p.id = $1 AND p.end_reason = 'compression' AND {continuation_sql('c')}
-ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0 WHEN c.ended_at IS NULL THEN 1 ELSE 2 END,
-         {last_active_sql('c')} DESC, c.started_at DESC, c.id DESC
-LIMIT 1
-"""
-
-
 async def _walk(conn: Any, step_sql: str, start: str, hops: int) -> AsyncIterator[str]:
     """Yield ``start``, then each id ``step_sql`` picks next; stops on none, a repeat, or after ``hops`` steps."""
     current, seen = start, {start}
@@ -118,14 +49,6 @@ async def _walk(conn: Any, step_sql: str, start: str, hops: int) -> AsyncIterato
         current = found
         seen.add(current)
         yield current
-
-
-async def compression_tip(conn: Any, session_id: str) -> str:
-    """Follow compression continuations from ``session_id`` to the live tip (the input when none)."""
-    tip = session_id
-    async for tip in _walk(conn, _TIP_STEP_SQL, session_id, TIP_MAX_HOPS):
-        pass
-    return tip
 
 
 @query
