@@ -20,6 +20,7 @@ __all__ = [
     "describe_skill_invocation",
     "escape_like",
     "parse_model_config",
+    "project_tips",
     "shape_preview",
     "text_preview",
 ]
@@ -133,3 +134,32 @@ def parse_model_config(text: Any) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+# Keys a listed compression root takes from its live tip.
+TIP_KEYS = (
+    "id", "ended_at", "end_reason", "message_count", "tool_call_count", "title", "last_active",
+    "preview", "model", "system_prompt", "cwd", "git_branch", "git_repo_root",
+)
+
+
+def project_tips(
+    rows: list[dict[str, Any]], tips: dict[str, str], tip_rows: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Show each listed compression root (``tips``: root id -> live tip id) with its tip's fields.
+
+    A projected row keeps the root's other columns and names it in ``_lineage_root_id``.
+    """
+    projected = []
+    for row in rows:
+        tip_row = tip_rows.get(tips.get(row["id"], ""))
+        if tip_row is None:
+            projected.append(row)
+            continue
+        merged = dict(row)
+        for key in TIP_KEYS:
+            if key in tip_row:
+                merged[key] = tip_row[key]
+        merged["_lineage_root_id"] = row["id"]
+        projected.append(merged)
+    return projected

@@ -528,3 +528,26 @@ async def test_reads_never_wait_for_a_long_write(store: SessionDB) -> None:
         blocker.close()
     await pending
     assert (await store.list_sessions_rich())[0]["message_count"] == 1
+
+
+@pytest.mark.backends("postgres")
+async def test_reads_never_wait_for_a_write_blocked_by_another_worker(store: SessionDB) -> None:
+    import asyncpg
+
+    from hermes_state.postgres.dsn import asyncpg_dsn
+
+    await store.create_session("s", "cli")
+    blocker = await asyncpg.connect(asyncpg_dsn(store._dsn))  # type: ignore[attr-defined]
+    try:
+        holding = blocker.transaction()
+        await holding.start()
+        await blocker.execute("SELECT id FROM sessions WHERE id = 's' FOR UPDATE")  # another worker's batch
+        pending = asyncio.ensure_future(store.append_message("s", "user", "queued behind the lock"))
+        await asyncio.sleep(0.05)
+        assert ids(await asyncio.wait_for(store.list_sessions_rich(), 2)) == ["s"]
+        assert not pending.done()
+        await holding.rollback()
+    finally:
+        await blocker.close()
+    await pending
+    assert (await store.list_sessions_rich())[0]["message_count"] == 1

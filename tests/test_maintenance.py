@@ -238,14 +238,20 @@ async def test_auto_prune_and_archive_are_throttled_and_never_raise(store: Sessi
 # ------------------------------------------------------------------- storage
 
 
-@pytest.mark.backends("sqlite")  # FTS5 tables and the file's own integrity check; PostgreSQL twin below
-async def test_vacuum_reclaims_space_and_logical_size(store: SessionDB) -> None:
+async def fill_and_clear(store: SessionDB) -> int:
+    """Write about 1.7 MB of messages, delete them again; returns the logical size while they were there."""
     await store.create_session("big", "cli")
     text = "lorem ipsum dolor sit amet " * 40
     await store.append_messages_batch("big", [{"role": "user", "content": f"{i} {text}"} for i in range(1500)])
     before = await store.logical_size_bytes()
     assert before is not None and before > 1_000_000
     await store.clear_messages("big")
+    return before
+
+
+@pytest.mark.backends("sqlite")  # FTS5 tables and the file's own integrity check; PostgreSQL twin below
+async def test_vacuum_reclaims_space_and_logical_size(store: SessionDB) -> None:
+    before = await fill_and_clear(store)
     assert await store.vacuum() == 2  # messages_fts + messages_fts_trigram
     after = await store.logical_size_bytes()
     assert after is not None and after < before / 3
@@ -256,12 +262,7 @@ async def test_vacuum_reclaims_space_and_logical_size(store: SessionDB) -> None:
 
 @pytest.mark.backends("postgres")
 async def test_vacuum_merges_search_indexes_and_analyzes(store: SessionDB) -> None:
-    await store.create_session("big", "cli")
-    text = "lorem ipsum dolor sit amet " * 40
-    await store.append_messages_batch("big", [{"role": "user", "content": f"{i} {text}"} for i in range(1500)])
-    before = await store.logical_size_bytes()
-    assert before is not None and before > 1_000_000
-    await store.clear_messages("big")
+    before = await fill_and_clear(store)
     gin = await fetch_rows(
         store,
         "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'messages' "

@@ -281,6 +281,6 @@ async def test_old_variable_limit_keeps_statements_small_and_rows_exact(
     inserts = [s for s in statements if s.startswith("INSERT INTO MESSAGES")]
     assert len(inserts) == len(chunk_sizes(300))
     ts = 2 * MESSAGE_COLUMNS[1:].index("timestamp")
-    strip = lambda r: r[: ts + 1] + r[ts + 2 :]  # noqa: E731
+    strip = lambda r: r[: ts + 1] + r[ts + 2 :]
     expected = _reference_rows(tmp_path / "reference.db", encode_message_dicts(messages))
     assert [strip(r) for r in _raw(db_path, "s")] == [strip(r) for r in expected]

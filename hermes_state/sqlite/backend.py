@@ -18,7 +18,7 @@ from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError
-from .damage import damaged_tables, is_malformed_error
+from .damage import damaged_tables, is_malformed_error, names_an_index
 from .driver import (
     driver_name,
     open_connection,
@@ -331,10 +331,13 @@ class SQLiteBackend:
         """The error a read that met corruption raises: file damage stops writes, index damage says so."""
         if self.damaged is not None:
             return self._mark_damaged(exc)
-        try:
-            tables = await run_on(conn, damaged_tables)
-        except Exception:  # the check itself could not run: treat the file as damaged
-            tables = ["sqlite_master"]
+        if names_an_index(exc):
+            tables = []  # the error itself places the damage in an index: no scan needed
+        else:
+            try:
+                tables = await run_on(conn, damaged_tables)
+            except Exception:  # the check itself could not run: treat the file as damaged
+                tables = ["sqlite_master"]
         if tables:
             return self._mark_damaged(exc)
         return sqlite3.DatabaseError(

@@ -19,6 +19,7 @@ from ...previews import (
     PREVIEW_SKILL_WINDOW,
     SKILL_INVOCATION_PREFIX,
     escape_like,
+    project_tips,
     shape_preview,
     text_preview,
 )
@@ -181,32 +182,12 @@ async def rich_rows_by_id(conn: Any, ids: Iterable[str], compact: bool) -> dict[
     return {row["id"]: row for row in rows}
 
 
-# Keys a listed compression root takes from its live tip.
-TIP_KEYS = (
-    "id", "ended_at", "end_reason", "message_count", "tool_call_count", "title", "last_active",
-    "preview", "model", "system_prompt", "cwd", "git_branch", "git_repo_root",
-)
-
-
 async def _project_tips(conn: Any, rows: list[dict[str, Any]], compact: bool) -> list[dict[str, Any]]:
     tips = {r["id"]: await compression_tip(conn, r["id"]) for r in rows if r.get("end_reason") == "compression"}
     tips = {root: tip for root, tip in tips.items() if tip != root}
     if not tips:
         return rows
-    tip_rows = await rich_rows_by_id(conn, tips.values(), compact)
-    projected = []
-    for row in rows:
-        tip_row = tip_rows.get(tips.get(row["id"], ""))
-        if tip_row is None:
-            projected.append(row)
-            continue
-        merged = dict(row)
-        for key in TIP_KEYS:
-            if key in tip_row:
-                merged[key] = tip_row[key]
-        merged["_lineage_root_id"] = row["id"]
-        projected.append(merged)
-    return projected
+    return project_tips(rows, tips, await rich_rows_by_id(conn, tips.values(), compact))
 
 
 def _chain_query(opts: dict[str, Any], base: list[str], params: Params) -> str:

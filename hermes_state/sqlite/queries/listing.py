@@ -24,6 +24,7 @@ from ...previews import (  # noqa: F401  (re-exported: handlers and maintenance 
     describe_skill_invocation,
     escape_like,
     parse_model_config,
+    project_tips,
     shape_preview,
     text_preview,
 )
@@ -192,32 +193,12 @@ def rich_rows_by_id(conn: Any, ids: Iterable[str], compact: bool) -> dict[str, d
     return found
 
 
-# Keys a listed compression root takes from its live tip.
-TIP_KEYS = (
-    "id", "ended_at", "end_reason", "message_count", "tool_call_count", "title", "last_active",
-    "preview", "model", "system_prompt", "cwd", "git_branch", "git_repo_root",
-)
-
-
 def _project_tips(conn: Any, rows: list[dict[str, Any]], compact: bool) -> list[dict[str, Any]]:
     tips = {r["id"]: compression_tip(conn, r["id"]) for r in rows if r.get("end_reason") == "compression"}
     tips = {root: tip for root, tip in tips.items() if tip != root}
     if not tips:
         return rows
-    tip_rows = rich_rows_by_id(conn, tips.values(), compact)
-    projected = []
-    for row in rows:
-        tip_row = tip_rows.get(tips.get(row["id"], ""))
-        if tip_row is None:
-            projected.append(row)
-            continue
-        merged = dict(row)
-        for key in TIP_KEYS:
-            if key in tip_row:
-                merged[key] = tip_row[key]
-        merged["_lineage_root_id"] = row["id"]
-        projected.append(merged)
-    return projected
+    return project_tips(rows, tips, rich_rows_by_id(conn, tips.values(), compact))
 
 
 def _chain_query(opts: dict[str, Any], base: list[str], base_params: list[Any]) -> tuple[str, list[Any]]:
