@@ -128,10 +128,6 @@ class PostgresBackend:
     def is_busy_error(self, exc: BaseException) -> bool:
         return is_busy(exc)
 
-    def write_refusal(self) -> Exception | None:
-        """None: a PostgreSQL store has no damaged-file state that refuses every write."""
-        return None
-
     def command_refusal(self, command: Command) -> Exception | None:
         """The call-site error for text this backend cannot store (NUL outside message content), else None."""
         return nul_refusal(command)
