@@ -3,15 +3,15 @@
 Every step runs the same call on both stores and asserts the same outcome
 (the same value, or the same exception class and message); after every step
 the reads of every session in play must be identical. Values that cannot
-match by construction are normalised first, and only those (each listed in
-the README's PostgreSQL differences):
+match by construction are normalised first, and only those:
 
-* message ids: SQLite reuses the highest id after a delete and PostgreSQL's
-  identity sequence never does (and skips ids a rolled-back savepoint drew),
-  so ids are compared through their order (reads return rows by id) and an
+* message ids (an intended difference, listed in the README): SQLite reuses
+  the highest id after the newest rows are deleted and PostgreSQL's identity
+  sequence never does (and skips ids a rolled-back attempt drew), so ids are
+  compared through their order (reads return rows by id) and an
   ``append_message`` result only as "an int";
-* wall-clock times the store takes itself (``started_at``, ``ended_at``, ...)
-  are read on two different calls, so only "set or not" is compared.
+* wall-clock times the store takes itself (``started_at``, ``ended_at``, ...):
+  the two calls run at different moments, so only "set or not" is compared.
 
 Each rule belongs to a command group; ``ENABLED_GROUPS`` lists the groups
 whose PostgreSQL handlers and queries are on this branch. A rule of another
