@@ -226,14 +226,16 @@ async def plain_read(admin: str, schema: str, sid: str) -> tuple[float, list[dic
 
 # --------------------------------------------------------------------------- one round
 
-async def run_round(w: Workload, admin: str, naive: bool, errors: dict[str, str], checks: list[str]) -> dict[str, dict[str, float]]:
+async def run_round(
+    w: Workload, admin: str, naive: bool, errors: dict[str, str], checks: list[str], keys: str = "abc"
+) -> dict[str, dict[str, float]]:
     """Seconds per (contender, shape) of one round; every schema it made is dropped before it returns."""
     from hermes_state.postgres import SessionDB
 
     schemas = Schemas(admin)
     results: dict[str, dict[str, float]] = {"store": {}, "naive": {}, "copy": {}}
     try:
-        for shape in ("a", "b", "c"):
+        for shape in keys:
             sessions, items = shape_items(w, shape)
             results["copy"][shape] = await copy_limit(admin, schemas, f"copy-{shape}", sessions, items)
 
@@ -245,11 +247,12 @@ async def run_round(w: Workload, admin: str, naive: bool, errors: dict[str, str]
             return await NaivePostgres.open(admin, await schemas.new(path.stem, with_tables=True))
 
         results["store"] = await run_async_contender(
-            "store", open_store, lambda db, sid: db.create_session(sid, source="bench", model="m"), w, Path(), errors
+            "store", open_store, lambda db, sid: db.create_session(sid, source="bench", model="m"), w, Path(), errors,
+            keys,
         )
         if naive:
             results["naive"] = await run_async_contender(
-                "naive", open_naive, lambda db, sid: db.create_session(sid), w, Path(), errors
+                "naive", open_naive, lambda db, sid: db.create_session(sid), w, Path(), errors, keys
             )
         if "d" in results["store"]:
             seconds, plain = await plain_read(admin, schemas.made["store-c"], "c")
@@ -352,7 +355,7 @@ async def amain(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     try:
         for rep in range(args.repeat):
-            results = await run_round(w, admin, args.naive, errors, checks)
+            results = await run_round(w, admin, args.naive, errors, checks, args.shapes)
             for who, res in results.items():
                 for shape, secs in res.items():
                     samples.setdefault(who, {}).setdefault(shape, []).append(secs)
@@ -404,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=1.0, help="multiply message counts (e.g. 0.1 for a smoke run)")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported (default 3)")
     p.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive contender")
+    p.add_argument("--shapes", default="abc", help="write shapes to run, e.g. 'a' or 'ac' (d runs with c)")
     p.add_argument("--json", default=None, metavar="OUT", help="write all figures to this JSON file")
     p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     return p
@@ -416,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--scale must be > 0")
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
+    if not args.shapes or set(args.shapes) - set("abc"):
+        p.error("--shapes takes letters from 'abc'")
     return asyncio.run(amain(args))
 
 

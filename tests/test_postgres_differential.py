@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -60,6 +61,8 @@ MACHINE_SETTINGS = settings(
     max_examples=10,
     stateful_step_count=12,
     deadline=None,
+    # No shrinking: a 12-step failure reads well as it is, and shrinking one costs minutes of CI.
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
@@ -138,7 +141,7 @@ def make_machine(admin: str, root: Path) -> type[RuleBasedStateMachine]:
             super().__init__()
             type(self).counter += 1
             self.loop = asyncio.new_event_loop()
-            self.schema = f"hs_diff_{root.name[-8:]}_{type(self).counter}_{id(self):x}"
+            self.schema = f"hs_diff_{uuid.uuid4().hex}"
             self.sqlite = SessionDB(root / f"example-{type(self).counter}" / "state.db")
             self.run(self._create_schema())
             self.postgres = PostgresSessionDB(store_dsn(admin, self.schema))
