@@ -639,6 +639,14 @@ def evaluate_targets(figures: dict, memory: dict[str, float] | None) -> list[dic
     return out
 
 
+def round_ratios(samples: dict[str, dict[str, list[float]]], shape: str, ref: str) -> list[float]:
+    """store/reference throughput of each round (a round's figures were measured back to back)."""
+    key = "plain_read" if ref == "plain_read" else shape
+    store = samples.get("store", {}).get(shape, [])
+    other = samples.get("store" if ref == "plain_read" else ref, {}).get(key, [])
+    return [b / a for a, b in zip(store, other) if a > 0]
+
+
 def check_files(w: Workload, d: Path, results: dict[str, dict[str, float]]) -> tuple[list[str], bool]:
     """Same rows, counters, FTS entries, WAL and schema in every file of one round."""
     checks = []
@@ -771,7 +779,9 @@ async def amain(args: argparse.Namespace) -> int:
     for t in targets:
         v = "n/a" if t["value"] is None else f"{t['value']:.2f}x"
         bound = f">= {t['minimum']:<5}" if "minimum" in t else f"<= {t['maximum']:<5}"
-        print(f"  ({t['shape']}) {t['ratio']:<18} {bound}  got {v:>8}  {t['status']}")
+        rounds = round_ratios(samples, t["shape"], t["ratio"].split("/")[-1])
+        per_round = f"  (per round: {', '.join(f'{r:.2f}' for r in rounds)})" if rounds else ""
+        print(f"  ({t['shape']}) {t['ratio']:<18} {bound}  got {v:>8}  {t['status']}{per_round}")
     print()
     compared = "store and baseline schema identical" if schema_compared else "store schema not compared"
     print("file checks: " + (f"all rows, counters and FTS entries present; all files WAL; {compared}"

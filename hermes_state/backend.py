@@ -3,6 +3,11 @@
 A backend owns its connections. Writes reach it only as batches of commands
 from the actor (``apply_batch``); reads go straight to its ``reader``. The
 SQLite and PostgreSQL stores are the same facade built on different backends.
+
+Optional hooks the facade looks for (a backend without one has nothing to
+refuse): ``command_refusal(command)``, an error for a value this backend
+cannot store, and ``write_refusal()``, an error every write raises before it
+is queued (SQLite: the file is known to be damaged).
 """
 
 from __future__ import annotations
@@ -45,9 +50,6 @@ class Backend(Protocol):
 
     def is_busy_error(self, exc: BaseException) -> bool:
         """True when ``exc`` means another connection holds the write lock (worth a retry)."""
-
-    def write_refusal(self) -> Exception | None:
-        """An error every write must raise before it is queued (the file is damaged), else None."""
 
     def readonly_error(self) -> Exception:
         """The exception a write on a read-only store raises."""

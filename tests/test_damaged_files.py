@@ -45,20 +45,26 @@ async def make_file(path: Path) -> None:
         await db.close()
 
 
-def page_of(path: Path, needle: str) -> int:
-    data = path.read_bytes()
-    offset = data.index(needle.encode())
+def page_size(path: Path) -> int:
     with raw(path) as conn:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    return offset // page_size
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
+def page_of(path: Path, needle: str) -> int:
+    """Index (from 0) of the page holding the first copy of ``needle``."""
+    return path.read_bytes().index(needle.encode()) // page_size(path)
+
+
+def root_page_of(path: Path, table: str) -> int:
+    with raw(path) as conn:
+        return int(conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]) - 1
 
 
 def smash_page(path: Path, page_index: int) -> None:
-    with raw(path) as conn:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    size = page_size(path)
     with open(path, "r+b") as fh:
-        fh.seek(page_index * page_size)
-        fh.write(b"\xff" * page_size)
+        fh.seek(page_index * size)
+        fh.write(b"\xff" * size)
 
 
 def digest(path: Path) -> str:
@@ -196,9 +202,7 @@ async def test_lost_session_row_keeps_its_messages_under_a_placeholder(db_path: 
     finally:
         await db.close()
     # Damage the sessions-table page (the id's other copy lives in its index page).
-    with raw(db_path) as conn:
-        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").fetchone()[0]
-    smash_page(db_path, root - 1)
+    smash_page(db_path, root_page_of(db_path, "sessions"))
 
     report = repair_state_db_schema(db_path, backup=False)
     assert report["ok"], report
@@ -217,9 +221,7 @@ async def test_lost_session_row_keeps_its_messages_under_a_placeholder(db_path: 
 async def test_damaged_index_page_alone_still_fails_open(db_path: Path) -> None:
     """Damage inside the FTS index is not file damage: writes go on (spec §1.5.4)."""
     await make_file(db_path)
-    with raw(db_path) as conn:
-        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'messages_fts_data'").fetchone()[0]
-    smash_page(db_path, root - 1)
+    smash_page(db_path, root_page_of(db_path, "messages_fts_data"))
     db = SessionDB(db_path)
     try:
         await db.append_message("t", "user", "written after index damage")
@@ -230,9 +232,7 @@ async def test_damaged_index_page_alone_still_fails_open(db_path: Path) -> None:
 
 async def test_file_cut_to_its_first_pages_fails_at_open_and_is_left_as_it_is(db_path: Path) -> None:
     await make_file(db_path)
-    with raw(db_path) as conn:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    os.truncate(db_path, 2 * page_size)
+    os.truncate(db_path, 2 * page_size(db_path))
     before = digest(db_path)
     db = SessionDB(db_path)
     try:

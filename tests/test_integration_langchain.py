@@ -24,10 +24,6 @@ from hermes_state.integrations.loop_thread import LoopThread
 
 from .adapter_support import reopen
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
-
-
 def conversation() -> list[BaseMessage]:
     return [
         SystemMessage("You plan trips.", id="sys-1", additional_kwargs={"cache": {"type": "ephemeral"}}),
@@ -134,6 +130,7 @@ async def test_a_store_reopened_from_disk_has_every_message(store: SessionDB) ->
         await again.close()
 
 
+@pytest.mark.backends("sqlite")  # search_messages is not on PostgreSQL yet (issue 11 phase 2)
 async def test_transcript_is_searchable(store: SessionDB) -> None:
     await HermesChatMessageHistory("chat", store).aadd_messages(conversation())
     assert (await store.search_messages("Genève"))[0]["role"] == "user"
