@@ -54,7 +54,7 @@ async def fts_trash_teardown_step(conn: Any, cmd: FtsTrashTeardownStep) -> bool:
 @handles(SettleFtsStorage)
 async def nothing_to_settle(conn: Any, cmd: Any) -> None:
     """None: the FTS5 layout steps have no PostgreSQL counterpart (settled by construction)."""
-    return None
+    return
 
 
 @handles(CompactDatabase)

@@ -25,8 +25,6 @@ import time
 from typing import Any, NamedTuple
 
 from ...encoding import decode_content
-from ..content import from_columns
-from ..schema import SEARCH_DOCUMENT
 from ...sqlite.search.sanitize import (
     OPERATORS,
     contains_cjk,
@@ -38,6 +36,8 @@ from ...sqlite.search.sanitize import (
     trigram_eligible,
 )
 from ...sqlite.search.snippet import bounded_snippet, phrase_pattern
+from ..content import from_columns
+from ..schema import SEARCH_DOCUMENT
 from .lineage_sql import last_active_sql
 from .registry import query
 
