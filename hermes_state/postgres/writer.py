@@ -6,13 +6,17 @@ Order of work in the transaction:
    ``SELECT ... FOR UPDATE``. Every process locks in the same order, so two
    workers never deadlock on each other's sessions, and message ids drawn
    while the lock is held follow commit order within a session.
-2. Runs of consecutive same-type commands with a bulk handler go in one
-   savepoint through it (appends: one statement per run); a bulk path that
-   raises is rolled back and its commands are applied one by one.
-3. Every other command runs in its own savepoint: one that raises is rolled
-   back alone and only its caller gets the exception.
+2. Runs of consecutive same-type commands with a bulk handler go through
+   it (appends: one statement per run); every other command through its own
+   handler.
 
-A batch of one command needs no savepoint: the transaction is its savepoint.
+The first attempt uses no savepoints: every savepoint is two more round
+trips, and commands rarely raise. If a handler raises, that transaction is
+rolled back and the batch is applied again with isolation: each bulk run in
+a savepoint (a run that raises falls back to one savepoint per command),
+every other command in its own savepoint, so one that raises is rolled back
+alone and only its caller gets the exception. A lost connection is never
+retried here (the backend decides).
 ``standalone`` commands (VACUUM and the like) run outside any transaction.
 """
 
@@ -24,7 +28,7 @@ from typing import Any
 
 from ..backend import Outcome
 from ..commands.base import Command
-from .errors import to_store_error
+from .errors import is_disconnect, to_store_error
 from .handlers import BULK_HANDLERS, handler_for
 
 __all__ = ["apply_batch", "session_ids_of"]
@@ -83,7 +87,28 @@ async def _try_bulk(conn: Any, commands: list[Command]) -> list[Outcome] | None:
     return [(ok, value if ok else to_store_error(value)) for ok, value in results]
 
 
+async def _apply_optimistic(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+    """Every run through its bulk or single handler in one transaction, no savepoints; raises if any handler does."""
+    outcomes: list[Outcome] = []
+    async with conn.transaction():
+        await _lock_sessions(conn, commands)
+        for run in _runs(commands):
+            if len(run) > 1:
+                results = await BULK_HANDLERS[type(commands[run[0]])](conn, [commands[p] for p in run])
+                outcomes.extend((ok, value if ok else to_store_error(value)) for ok, value in results)
+            else:
+                outcomes.append((True, await handler_for(commands[run[0]])(conn, commands[run[0]])))
+    return outcomes
+
+
 async def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+    if len(commands) > 1:
+        try:
+            return await _apply_optimistic(conn, commands)
+        except Exception as exc:
+            if conn.is_closed() or is_disconnect(exc):
+                raise
+            log.debug("batch of %d raised (%s); applying it again with a savepoint per command", len(commands), exc)
     if len(commands) == 1:
         command = commands[0]
         try:
