@@ -46,9 +46,8 @@ from .postgres_support import admin_connect, server_dsn, store_dsn
 pytestmark = pytest.mark.backends("postgres")
 
 # Command groups whose rules run. Off, and why (to be switched on as each lands on main):
-#   compression (archive_and_compact) and titles: pgA's handlers are not on main yet;
-#   search (search_messages): pgC's queries are not on main yet.
-ENABLED_GROUPS = frozenset({"core", "usage"})
+#   compression (archive_and_compact) and titles: pgA's handlers are not on main yet.
+ENABLED_GROUPS = frozenset({"core", "usage", "search"})
 
 SESSION_IDS = ("s1", "s2", "s3")
 WORDS = ("alpha", "beta", "gamma", "delta", "kappa", "lambda", "omega", "sigma")
