@@ -159,7 +159,7 @@ def _content(record: Any) -> Any:
 
 
 def _plain(value: Any) -> str:
-    value = decode_content(value)
+    """The text SQLite's index holds for a stored value (structured content in its encoded form)."""
     if isinstance(value, str):
         return value
     if isinstance(value, (bytes, bytearray)):
