@@ -7,6 +7,7 @@ The query meaning (phrases, prefixes, AND/OR/NOT) is checked on both backends.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from hermes_state import SearchTimeoutError, SessionDB
+from hermes_state.methods.search import SEARCH_RESULT_FIELDS
 from hermes_state.postgres import SessionDB as PostgresSessionDB
 from hermes_state.postgres.queries.search import word_search_statement
 from hermes_state.postgres.schema import SEARCH_INDEX
@@ -102,3 +104,24 @@ async def test_deadline_cancels_the_search_on_the_server(pg_schema: tuple[str, s
     finally:
         await blocker.close()
         await db.close()
+
+
+HOSTILE = [
+    "'", "\\", "\\'", "a:*", "!", "!!", "&", "|", "<->", "a & b", "a | !b", "(a", "a)", ":*", "*", "**a", "a*b*",
+    '"unterminated', '""', '"a" "b"*', "NOT", "OR OR", "a OR OR b", "a NOT NOT b", "NEAR(a b)", "a:b", "x\x00y",
+    "\ud800", "caf\u00e9*", "%", "_", "100%*", "deploy'*", "'deploy'", "de\\ploy*", "数据*", "数 据", "a" * 3000,
+]
+
+
+async def test_hostile_queries_never_raise(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    await store.append_message("s", "user", "deploy the café service with 100% of the data")
+    await store.append_message("s", "assistant", "数据库 ready: a & b | c")
+    rng = random.Random(7)
+    alphabet = "ab '\"*:!&|()<>-%_\\\u00e9数"
+    queries = HOSTILE + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(150)]
+    for text in queries:
+        hits = await store.search_messages(text)
+        assert isinstance(hits, list), text
+        for hit in hits:
+            assert list(hit) == list(SEARCH_RESULT_FIELDS), text
