@@ -86,7 +86,7 @@ async def _bare(conn: Any, queries: dict[str, list[str]], rounds: int) -> dict[s
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped]
 
     from hermes_state.postgres import SessionDB
 
