@@ -13,6 +13,10 @@ Order of work in the transaction:
    back alone and only its caller gets the exception.
 
 A batch of one command needs no savepoint: the transaction is its savepoint.
+With a ``token``, the transaction also inserts it into ``write_batches`` (and
+deletes the writer's previous one), and the outcomes are put in ``done``
+before COMMIT is sent, so a caller that loses the COMMIT reply can find out
+whether the batch committed and, if it did, what each command returned.
 ``standalone`` commands (VACUUM and the like) run outside any transaction.
 """
 
@@ -27,11 +31,29 @@ from ..commands.base import Command
 from .errors import to_store_error
 from .handlers import BULK_HANDLERS, handler_for
 
-__all__ = ["apply_batch", "session_ids_of"]
+__all__ = ["BatchToken", "apply_batch", "session_ids_of"]
 
 log = logging.getLogger("hermes_state.postgres.writer")
 
 _LOCK_SQL = "SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
+_TOKEN_SQL = (
+    "WITH gone AS (DELETE FROM write_batches WHERE token = $2) INSERT INTO write_batches (token) VALUES ($1)"
+)
+
+
+class BatchToken:
+    """This batch's token and the writer's previous one (deleted in the same transaction)."""
+
+    __slots__ = ("token", "previous")
+
+    def __init__(self, token: str, previous: str | None) -> None:
+        self.token = token
+        self.previous = previous
+
+
+async def _mark(conn: Any, token: BatchToken | None) -> None:
+    if token is not None:
+        await conn.execute(_TOKEN_SQL, token.token, token.previous)
 
 
 def session_ids_of(command: Command) -> list[str]:
@@ -83,13 +105,18 @@ async def _try_bulk(conn: Any, commands: list[Command]) -> list[Outcome] | None:
     return [(ok, value if ok else to_store_error(value)) for ok, value in results]
 
 
-async def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+async def _apply_transaction(
+    conn: Any, commands: Sequence[Command], token: BatchToken | None = None, done: list[list[Outcome]] | None = None
+) -> list[Outcome]:
     if len(commands) == 1:
         command = commands[0]
         try:
             async with conn.transaction():
                 await _lock_sessions(conn, commands)
                 result = await handler_for(command)(conn, command)
+                await _mark(conn, token)
+                if done is not None:
+                    done.append([(True, result)])
         except Exception as exc:
             if not conn.is_closed():
                 return [(False, to_store_error(exc))]
@@ -107,7 +134,11 @@ async def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Out
                     continue
             for pos in run:
                 outcomes[pos] = await _apply_one(conn, commands[pos])
-    return [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
+        await _mark(conn, token)
+        final = [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
+        if done is not None:
+            done.append(final)
+    return final
 
 
 async def _apply_standalone(conn: Any, command: Command) -> Outcome:
@@ -117,15 +148,19 @@ async def _apply_standalone(conn: Any, command: Command) -> Outcome:
         return (False, to_store_error(exc))
 
 
-async def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+async def apply_batch(
+    conn: Any, commands: Sequence[Command], token: BatchToken | None = None, done: list[list[Outcome]] | None = None
+) -> list[Outcome]:
     """Apply ``commands`` in order; returns one outcome per command.
 
     Raises only when a transaction as a whole cannot run or commit (the
     connection dropped, a deadlock at the lock step); then none of that
-    transaction's commands were applied.
+    transaction's commands were applied, unless the COMMIT itself was lost
+    (``done`` holds the outcomes then, and the token tells). ``token`` and
+    ``done`` apply to a batch without standalone commands (one transaction).
     """
     if not any(c.standalone for c in commands):
-        return await _apply_transaction(conn, commands)
+        return await _apply_transaction(conn, commands, token, done)
     outcomes: list[Outcome] = []
     group: list[Command] = []
     for command in [*commands, None]:
