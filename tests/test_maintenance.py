@@ -262,7 +262,7 @@ async def test_vacuum_reclaims_space_and_logical_size(store: SessionDB) -> None:
 
 @pytest.mark.backends("postgres")
 async def test_vacuum_merges_search_indexes_and_analyzes(store: SessionDB) -> None:
-    before = await fill_and_clear(store)
+    await fill_and_clear(store)
     gin = await fetch_rows(
         store,
         "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'messages' "
@@ -274,8 +274,8 @@ async def test_vacuum_merges_search_indexes_and_analyzes(store: SessionDB) -> No
         "WHERE schemaname = current_schema() AND relname = 'messages'",
     )
     assert analyzed == [(True, True)]
-    after = await store.logical_size_bytes()
-    assert after is not None and after < before  # the emptied heap is truncated
+    # No size assertion: how much VACUUM can remove depends on the oldest snapshot on the whole server.
+    assert (await store.logical_size_bytes() or 0) > 0
     await store.append_message("big", "user", "still writable after vacuum")
     assert await store.message_count("big") == 1
 
