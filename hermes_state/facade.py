@@ -211,7 +211,7 @@ class StoreBase:
 
         Keys: ``queue_depth`` (commands waiting), ``batches_applied``,
         ``commands_applied``, ``commands_per_batch_mean`` / ``_max``,
-        ``commit_latency_ms_p50`` / ``_p99`` over the last 1024 batches (None
+        ``commit_latency_p50_ms`` / ``commit_latency_p99_ms`` over the last 1024 batches (None
         before the first), ``latency_window``, ``failed_commands`` (commands
         whose caller got an error), ``retried_batches`` (batches re-applied
         after a connection loss proved them not committed) and ``reconnects``

@@ -12,7 +12,7 @@ from hermes_state.errors import SessionNotFoundError
 
 KEYS = {
     "queue_depth", "batches_applied", "commands_applied", "commands_per_batch_mean", "commands_per_batch_max",
-    "commit_latency_ms_p50", "commit_latency_ms_p99", "latency_window", "failed_commands", "retried_batches",
+    "commit_latency_p50_ms", "commit_latency_p99_ms", "latency_window", "failed_commands", "retried_batches",
     "reconnects",
 }
 
@@ -20,7 +20,7 @@ KEYS = {
 async def test_counts_batches_commands_failures_and_latency(store: Any) -> None:
     fresh = await store.writer_stats()
     assert set(fresh) == KEYS
-    assert (fresh["batches_applied"], fresh["commit_latency_ms_p50"], fresh["reconnects"]) == (0, None, 0)
+    assert (fresh["batches_applied"], fresh["commit_latency_p50_ms"], fresh["reconnects"]) == (0, None, 0)
     await store.create_session("s", "cli")
     await asyncio.gather(*(store.append_message("s", "user", f"m{i}") for i in range(40)))
     with pytest.raises(SessionNotFoundError):
@@ -33,7 +33,7 @@ async def test_counts_batches_commands_failures_and_latency(store: Any) -> None:
     assert stats["failed_commands"] == 1
     assert stats["queue_depth"] == 0
     assert stats["latency_window"] == stats["batches_applied"]
-    assert 0 < stats["commit_latency_ms_p50"] <= stats["commit_latency_ms_p99"]
+    assert 0 < stats["commit_latency_p50_ms"] <= stats["commit_latency_p99_ms"]
     assert len(await store.get_messages("s")) == 40
 
 

@@ -35,7 +35,9 @@ def is_disconnect(exc: BaseException) -> bool:
 
     state = _sqlstate(exc)
     return (
-        isinstance(exc, (OSError, asyncpg.InterfaceError, ConnectionError))
+        # InternalClientError: the protocol state broke (e.g. a termination notice raced a
+        # statement); the connection cannot be used again either.
+        isinstance(exc, (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError, ConnectionError))
         or any(state.startswith(prefix) for prefix in DISCONNECT_SQLSTATES)
     )
 
