@@ -151,9 +151,11 @@ class PostgresBackend:
             await self._drop_writer()
             if token is None or isinstance(exc, WriteNotAppliedError):
                 raise
-            if await self._committed(token.token, exc) and done:
+            # ``done`` is filled just before COMMIT is sent: without it the server
+            # never saw a COMMIT, so nothing committed; with it, ask the server.
+            if done and await self._committed(token.token, exc):
                 self._last_token = token.token
-                return done[0]
+                return done[-1]
             raise WriteNotAppliedError(
                 f"the connection to PostgreSQL at {self._endpoint} was lost before this write committed; "
                 f"it was not applied ({type(exc).__name__}: {exc})"
