@@ -94,6 +94,9 @@ class StoreBase:
     TITLE_SOURCE_DERIVED: ClassVar[str] = "derived"
     TITLE_SOURCE_LLM: ClassVar[str] = "llm"
     TITLE_SOURCE_USER: ClassVar[str] = "user"
+    # Inspection tools set this on a subclass: a read-only store then reads an
+    # idle WAL file without creating -wal/-shm files (SQLite ``immutable``).
+    SNAPSHOT_READS: ClassVar[bool] = False
 
     def __init__(self, db_path: os.PathLike[str] | str | None = None, read_only: bool = False) -> None:
         self.db_path: Path = Path(db_path).expanduser() if db_path is not None else default_db_path()
@@ -110,7 +113,7 @@ class StoreBase:
         from .sqlite.backend import SQLiteBackend
 
         home = Path(os.environ["HERMES_HOME"]).expanduser() if os.environ.get("HERMES_HOME") else None
-        return SQLiteBackend(self.db_path, read_only=self.read_only, home=home)
+        return SQLiteBackend(self.db_path, read_only=self.read_only, home=home, snapshot=self.SNAPSHOT_READS)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._opened else "unopened")

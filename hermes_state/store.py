@@ -34,6 +34,7 @@ from .commands import (
 from .encoding import encode_message_args, encode_message_dicts, hashed_prompt
 from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
 from .methods.compression import CompressionMethods
+from .methods.health import HealthMethods
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
 from .methods.search import SearchMethods
@@ -443,6 +444,7 @@ class SessionDB(
     ListingMethods,
     UsageMethods,
     MaintenanceMethods,
+    HealthMethods,
     CoreMethods,
 ):
     """An async session store shared by every agent of one worker.
