@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sqlite3
 import sys
 from typing import Any, Sequence
@@ -31,6 +32,10 @@ def _add_globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
     parser.add_argument(
         "--json", action="store_true", default=False if top else argparse.SUPPRESS,
         help="print machine-readable JSON instead of text",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", default=False if top else argparse.SUPPRESS,
+        help="also print the store's log messages (warnings and notices) on standard error",
     )
 
 
@@ -57,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     quickstart.add_parser(add)
     inspect.add_parsers(add)
-    sessions.add_parsers(add, sub)
+    sessions.add_parsers(add)
     search.add_parser(add)
     transfer.add_parsers(add)
     copy_command.add_parser(add)
@@ -86,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors and 0 for --help/--version
         return int(exc.code or 0)
+    # The result or one error line is the output; library log lines only on request.
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL + 1, stream=sys.stderr,
+                        format="hermes-state: %(name)s: %(message)s")
     target: Target | None = None
     try:
         target = parse_target(args.db)

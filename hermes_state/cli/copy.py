@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from .errors import MISMATCH, OK, CliError
 from .output import print_json, progress
-from .sessions import _non_negative, iter_messages
+from .argtypes import non_negative
+from .sessions import iter_messages
 from .target import Target, open_store, parse_target
 from .transport import Budget, SessionWriter, digest_messages, load_session, session_ids
 
@@ -30,9 +31,9 @@ def add_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     way = parser.add_mutually_exclusive_group(required=True)
     way.add_argument("--to", metavar="PATH_OR_URL", help="copy from --db into this store")
     way.add_argument("--from", dest="source", metavar="PATH_OR_URL", help="copy from this store into --db")
-    parser.add_argument("--batch-sessions", type=_non_negative, default=Budget.sessions,
+    parser.add_argument("--batch-sessions", type=non_negative, default=Budget.sessions,
                         help=f"sessions per transaction (default {Budget.sessions})")
-    parser.add_argument("--batch-messages", type=_non_negative, default=Budget.messages,
+    parser.add_argument("--batch-messages", type=non_negative, default=Budget.messages,
                         help=f"messages per transaction (default {Budget.messages})")
     parser.add_argument("--verify-only", action="store_true", help="compare the two stores, copy nothing")
     parser.set_defaults(run=run_copy)

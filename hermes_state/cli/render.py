@@ -40,7 +40,8 @@ def tool_call_text(call: Any) -> str:
     """``name(key="value", ...)`` for an OpenAI-style tool call; arguments that are not a JSON object stay as given."""
     if not isinstance(call, dict):
         return str(call)
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    nested = call.get("function")
+    function: dict[str, Any] = nested if isinstance(nested, dict) else call
     name = function.get("name") or call.get("name") or "?"
     raw = function.get("arguments", call.get("arguments"))
     arguments: Any = raw

@@ -8,7 +8,7 @@ from typing import Callable
 from .errors import OK
 from .output import print_json, when
 from .render import one_line
-from .sessions import _non_negative
+from .argtypes import non_negative
 from .target import open_store
 
 __all__ = ["add_parser"]
@@ -22,8 +22,8 @@ def add_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     parser.add_argument("--role", action="append", help="only these roles: user, assistant, tool (repeatable)")
     parser.add_argument("--sort", choices=("relevance", "newest", "oldest"), default="relevance")
     parser.add_argument("--include-inactive", action="store_true", help="also search compacted history")
-    parser.add_argument("--limit", type=_non_negative, default=20, help="hits per page (default 20)")
-    parser.add_argument("--offset", type=_non_negative, default=0, help="skip this many hits")
+    parser.add_argument("--limit", type=non_negative, default=20, help="hits per page (default 20)")
+    parser.add_argument("--offset", type=non_negative, default=0, help="skip this many hits")
     parser.set_defaults(run=run_search)
 
 

@@ -3,58 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import re
-import time
-from datetime import datetime
 from typing import Any, AsyncIterator, Callable
 
+from .argtypes import days, non_negative, parse_since
 from .errors import NOT_FOUND, OK, CliError
 from .output import print_json, progress, when
 from .render import content_text, one_line, tool_call_text
 from .target import open_store
 
-__all__ = ["add_parsers", "iter_messages", "parse_since"]
+__all__ = ["add_parsers", "iter_messages"]
 
 MESSAGE_PAGE = 1000
 LIST_PAGE = 200
-_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_since(text: str) -> float:
-    """``7d``, ``12h``, ``30m``, ``2w`` ago, or an ISO date/time (local time); returns epoch seconds."""
-    match = _RELATIVE.match(text)
-    if match:
-        return time.time() - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid time {text!r}: use a duration like 7d, 12h, 30m or a date like 2026-01-31"
-        ) from None
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {value}")
-    return value
-
-
-def _days(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number of days, 0 or more: {text}")
-    return value
-
-
-def add_parsers(add: Callable[..., argparse.ArgumentParser], sub: Any) -> None:
+def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     group = add("sessions", "list, show, delete and prune sessions")
     inner = group.add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
 
@@ -69,8 +32,8 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser], sub: Any) -> None:
     archived.add_argument("--archived", action="store_true", help="only archived sessions")
     archived.add_argument("--all", action="store_true", help="archived sessions too")
     listing.add_argument("--pinned", action="store_true", help="only pinned sessions")
-    listing.add_argument("--limit", type=_non_negative, default=20, help="page size (default 20)")
-    listing.add_argument("--offset", type=_non_negative, default=0, help="skip this many matching sessions")
+    listing.add_argument("--limit", type=non_negative, default=20, help="page size (default 20)")
+    listing.add_argument("--offset", type=non_negative, default=0, help="skip this many matching sessions")
     listing.set_defaults(run=run_list)
 
     show = add_inner("show", "print a session's transcript: roles, tool calls, results, times and token usage")
@@ -82,7 +45,7 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser], sub: Any) -> None:
     delete.set_defaults(run=run_delete)
 
     prune = add_inner("prune", "delete ended sessions with no activity for a number of days")
-    prune.add_argument("--older-than", type=_days, required=True, metavar="DAYS", help="days without activity")
+    prune.add_argument("--older-than", type=days, required=True, metavar="DAYS", help="days without activity")
     prune.add_argument("--source", help="only sessions from this source")
     prune.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     prune.set_defaults(run=run_prune)

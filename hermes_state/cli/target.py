@@ -96,7 +96,7 @@ def open_store(target: Target, *, read_only: bool) -> Any:
         try:
             from ..postgres import SessionDB as PostgresSessionDB  # type: ignore[import-not-found,attr-defined,unused-ignore]
         except ImportError as exc:
-            raise CliError(f"the PostgreSQL backend is not available in this installation ({exc})") from None
+            raise CliError(f"{target}: the PostgreSQL backend is not available in this installation ({exc})") from None
         return PostgresSessionDB(target.url, read_only=read_only)
     assert target.path is not None
     _check_sqlite_file(target.path, read_only)

@@ -14,7 +14,8 @@ import msgspec
 
 from .errors import FAILURE, NOT_FOUND, OK, CliError
 from .output import print_json, progress
-from .sessions import _non_negative, iter_messages
+from .argtypes import non_negative
+from .sessions import iter_messages
 from .target import open_store
 from .transport import Budget, SessionWriter, parents_first, session_ids
 
@@ -33,9 +34,9 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
 
     load = add("import", "read sessions from JSON Lines or the JSON the API exports; validated before writing")
     load.add_argument("input", metavar="FILE", help="file to read, - for standard input")
-    load.add_argument("--batch-sessions", type=_non_negative, default=Budget.sessions,
+    load.add_argument("--batch-sessions", type=non_negative, default=Budget.sessions,
                       help=f"sessions per transaction (default {Budget.sessions})")
-    load.add_argument("--batch-messages", type=_non_negative, default=Budget.messages,
+    load.add_argument("--batch-messages", type=non_negative, default=Budget.messages,
                       help=f"messages per transaction (default {Budget.messages})")
     load.set_defaults(run=run_import)
 
@@ -210,6 +211,7 @@ async def _import_document(db: Any, document: Any, writer: SessionWriter) -> Non
 
 async def run_import(args: argparse.Namespace) -> int:
     budget = Budget(sessions=args.batch_sessions, messages=args.batch_messages)
+    store = open_store(args.target, read_only=False)  # checks --db before the input is read
     if args.input == "-":
         handle: IO[bytes] = _spool_stdin()
     else:
@@ -232,7 +234,7 @@ async def run_import(args: argparse.Namespace) -> int:
                 document = _decode(handle.read())
             except msgspec.DecodeError as exc:
                 raise CliError(f"nothing imported: not JSON Lines and not a JSON document ({exc})") from None
-        async with open_store(args.target, read_only=False) as db:
+        async with store as db:
             writer = SessionWriter(db, budget)
             try:
                 if lines:
