@@ -46,6 +46,9 @@ class Backend(Protocol):
     def is_busy_error(self, exc: BaseException) -> bool:
         """True when ``exc`` means another connection holds the write lock (worth a retry)."""
 
+    def write_refusal(self) -> Exception | None:
+        """An error every write must raise before it is queued (the file is damaged), else None."""
+
     def readonly_error(self) -> Exception:
         """The exception a write on a read-only store raises."""
 

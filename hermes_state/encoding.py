@@ -4,6 +4,11 @@ These rules are part of the on-disk format shared with async-hermes-agent:
 structured content is stored as ``"\\x00json:" + json.dumps(value)``, empty
 tool-call lists become NULL, lone UTF-16 surrogates become U+FFFD, and the
 reasoning sidecars are stored only for assistant rows in the dict writers.
+Two deliberate departures keep every value's type: numbers and booleans
+use the JSON form too (the reference stored them bare and read them back as
+text), and a string that itself begins with the marker is stored as the
+marker's JSON form of that string. Both read back correctly with the
+reference's own decoder.
 
 Everything here runs in the caller's task before a command exists, so a value
 that cannot be stored fails at the call site and never reaches a transaction.
@@ -19,7 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .commands.messages import ContentValue, MessageRow
+from .commands.messages import ContentKind, ContentValue, MessageRow
+from .limits import MAX_JSON_DEPTH, int64_arg, json_text
 
 __all__ = [
     "JSON_CONTENT_PREFIX",
@@ -28,6 +34,8 @@ __all__ = [
     "scrub_surrogates",
     "encode_content",
     "decode_content",
+    "split_content",
+    "join_content",
     "encode_tool_calls",
     "decode_tool_calls",
     "encode_display_metadata",
@@ -73,11 +81,7 @@ def _opt_str(value: Any, field: str) -> str | None:
 
 
 def _opt_int(value: Any, field: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field} must be an int or None, not {type(value).__name__}")
-    return value
+    return None if value is None else int64_arg(value, field)
 
 
 def _platform_id(value: Any) -> str | None:
@@ -92,34 +96,86 @@ def _platform_id(value: Any) -> str | None:
 
 
 def encode_content(value: Any) -> ContentValue:
-    """Encode message content for the ``content`` column.
+    """Encode message content for the ``content`` column; returns ``str``, ``bytes`` or None.
 
-    ``str`` is stored as-is (surrogates scrubbed); ``None``, ``bytes``, ``int``
-    and ``float`` unchanged; lists/dicts and other JSON values as the
-    NUL-prefixed JSON form. Raises ``TypeError`` for values JSON cannot encode.
+    Every JSON value comes back from :func:`decode_content` exactly as given,
+    with its type:
+
+    * ``str`` is stored as-is (lone surrogates become U+FFFD), except that a
+      string beginning with the structured-content marker is stored in the
+      marker's JSON form, so it reads back as the same string (also for
+      readers that only know the reference format);
+    * ``None`` is NULL; ``bytes`` (or a bytearray/memoryview) is a BLOB;
+    * ``bool``, ``int``, ``float``, ``list`` and ``dict`` are stored as
+      ``"\\x00json:" + json.dumps(value)``.
+
+    Raises ``TypeError`` for a value JSON cannot represent (a tuple, a set,
+    non-str keys, an object) and ``ValueError`` for NaN/infinities, integers
+    outside the signed 64-bit range or nesting deeper than
+    :data:`~hermes_state.limits.MAX_JSON_DEPTH`, naming ``content`` and the
+    path to the offending part.
     """
     if isinstance(value, str):
-        return scrub_surrogates(value)
-    if value is None or isinstance(value, (bytes, int, float)):
+        text = scrub_surrogates(value)
+        return JSON_CONTENT_PREFIX + json.dumps(text) if text.startswith(JSON_CONTENT_PREFIX) else text
+    if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
-    try:
-        return JSON_CONTENT_PREFIX + json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"message content of type {type(value).__name__} cannot be stored: {exc}"
-        ) from None
+    return JSON_CONTENT_PREFIX + json_text(value, "content")
 
 
 def decode_content(value: Any) -> Any:
-    """Reverse :func:`encode_content`; invalid JSON returns the raw string."""
+    """Reverse :func:`encode_content`; a marker followed by invalid JSON returns the raw string."""
     if isinstance(value, str) and value.startswith(JSON_CONTENT_PREFIX):
         try:
             return json.loads(value[len(JSON_CONTENT_PREFIX):])
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
     return value
+
+
+def split_content(stored: ContentValue) -> tuple[str | bytes | None, ContentKind | None]:
+    """Split a stored ``content`` value into ``(payload, kind)`` for a backend with a kind column.
+
+    ``kind`` is ``"json"`` (payload is JSON text), ``"text"`` (a plain
+    string), ``"bytes"``, or None for NULL content. Lossless for anything
+    :func:`encode_content` produced: a ``"text"`` payload never starts with
+    the marker. :func:`join_content` is the inverse.
+    """
+    if stored is None:
+        return None, None
+    if isinstance(stored, bytes):
+        return stored, "bytes"
+    if stored.startswith(JSON_CONTENT_PREFIX):
+        return stored[len(JSON_CONTENT_PREFIX):], "json"
+    return stored, "text"
+
+
+def join_content(payload: str | bytes | None, kind: ContentKind | None) -> ContentValue:
+    """Rebuild the stored ``content`` value from :func:`split_content`'s ``(payload, kind)``."""
+    if payload is None:
+        return None
+    if kind == "json":
+        return JSON_CONTENT_PREFIX + str(payload)
+    return payload
+
+
+_UNPARSABLE = object()
+
+
+def _parse_json_text(value: str, name: str) -> Any:
+    """Parse JSON text a caller passed in place of a value; ``_UNPARSABLE`` if it is not JSON.
+
+    Text nested too deep for the parser is refused (``ValueError``) rather
+    than treated as junk: it is JSON, just not JSON the store keeps.
+    """
+    try:
+        return json.loads(value)
+    except RecursionError:
+        raise ValueError(f"{name}: nesting is limited to {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        return _UNPARSABLE
 
 
 def encode_tool_calls(value: Any) -> tuple[str | None, int]:
@@ -129,19 +185,15 @@ def encode_tool_calls(value: Any) -> tuple[str | None, int]:
     store NULL. The count is the list length, 1 for any other value, 0 for None.
     """
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
+        value = _parse_json_text(value, "tool_calls")
+        if value is _UNPARSABLE:
             value = []
     if value is None:
         return None, 0
     count = len(value) if isinstance(value, list) else 1
     if not value:
         return None, count
-    try:
-        return json.dumps(value), count
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"tool_calls cannot be stored as JSON: {exc}") from None
+    return json_text(value, "tool_calls"), count
 
 
 def decode_tool_calls(value: Any) -> Any:
@@ -150,7 +202,7 @@ def decode_tool_calls(value: Any) -> Any:
         return None
     try:
         return json.loads(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return []
 
 
@@ -159,10 +211,7 @@ def _encode_sidecar(value: Any, field: str, *, always_dump: bool = False) -> str
         return None
     if isinstance(value, str) and not always_dump:
         return scrub_surrogates(value)
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{field} cannot be stored as JSON: {exc}") from None
+    return json_text(value, field)
 
 
 def encode_display_metadata(value: Any) -> str | None:
@@ -170,16 +219,10 @@ def encode_display_metadata(value: Any) -> str | None:
     if not value:
         return None
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
+        value = _parse_json_text(value, "display_metadata")
     if not isinstance(value, dict):
         return None
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"display_metadata cannot be stored as JSON: {exc}") from None
+    return json_text(value, "display_metadata")
 
 
 def decode_display_metadata(value: Any) -> dict[str, Any] | None:
@@ -190,7 +233,7 @@ def decode_display_metadata(value: Any) -> dict[str, Any] | None:
         decoded = json.loads(value)
         if isinstance(decoded, str):
             decoded = json.loads(decoded)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
     return decoded if isinstance(decoded, dict) else None
 
@@ -265,8 +308,9 @@ def encode_message_dicts(
     Rows without a usable ``timestamp`` get strictly increasing ones from a
     running default. ``dump_sidecars`` reproduces the compaction writers'
     habit of JSON-encoding string reasoning sidecars a second time.
-    Raises ``TypeError`` naming the index of the first message that is not a
-    mapping or holds a value that cannot be stored.
+    Raises ``TypeError`` (wrong type) or ``ValueError`` (out of the limits of
+    :mod:`hermes_state.limits`) naming the index of the first message that is
+    not a mapping or holds a value that cannot be stored.
     """
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise TypeError(f"messages must be a list of dicts, not {type(messages).__name__}")
@@ -277,8 +321,8 @@ def encode_message_dicts(
             raise TypeError(f"messages[{index}] must be a dict, not {type(message).__name__}")
         try:
             row = _encode_one_dict(message, running, dump_sidecars)
-        except TypeError as exc:
-            raise TypeError(f"messages[{index}]: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"messages[{index}]: {exc}") from None
         rows.append(row)
         running = max(running + 1e-6, row.timestamp + 1e-6)
     return tuple(rows)

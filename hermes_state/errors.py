@@ -20,6 +20,7 @@ __all__ = [
     "SessionResumeTooLargeError",
     "SessionExportTooLargeError",
     "WalUnsupportedError",
+    "DatabaseMalformedError",
     "ConfigError",
     "PERSISTENCE_ERROR_CAUSES",
     "is_disk_full_error",
@@ -103,6 +104,27 @@ class SessionExportTooLargeError(_TranscriptTooLargeError):
 
 class WalUnsupportedError(sqlite3.OperationalError):
     """WAL was required but the file system or SQLite refused it."""
+
+
+class DatabaseMalformedError(sqlite3.DatabaseError):
+    """The database file has damaged pages outside the full-text indexes; the store stopped writing to it.
+
+    Raised by the call that met the damage and, before anything is queued,
+    by every later write of that store. ``path`` is the file and ``detail``
+    SQLite's own message. The remedy the message names:
+    ``repair_state_db_schema(path)`` (command line ``hermes-state doctor
+    --repair``) with every store on the file closed; it keeps a backup copy
+    and reports what it recovered.
+    """
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"{path} is damaged ({detail}); this store stopped writing to it. Close every store on the "
+            f"file, then run hermes_state.repair_state_db_schema({path!r}) (command line: hermes-state "
+            "doctor --repair); it keeps a backup copy and reports what it recovered"
+        )
 
 
 class ConfigError(ValueError):

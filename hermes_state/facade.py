@@ -20,6 +20,7 @@ from .backend import Backend
 from .commands.base import Command
 from .config import default_db_path
 from .errors import SessionCompressionInProgressError, StoreClosedError
+from .limits import finite_arg, int64_arg
 
 __all__ = ["StoreBase", "require_id", "opt_text", "count_arg", "opt_number", "rows_size"]
 
@@ -51,19 +52,13 @@ def opt_text(value: Any, name: str) -> str | None:
 
 
 def count_arg(value: Any, name: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    return value
+    """An int in the signed 64-bit range (None counts as 0)."""
+    return 0 if value is None else int64_arg(value, name)
 
 
 def opt_number(value: Any, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number or None, not {type(value).__name__}")
-    return float(value)
+    """None, or a finite number as a float (NaN, infinities and floats out of range are refused)."""
+    return None if value is None else finite_arg(value, name)
 
 
 def rows_size(rows: Iterable[Any]) -> int:
@@ -132,6 +127,11 @@ class StoreBase:
     def closed(self) -> bool:
         """True once ``close()`` has been called."""
         return self._closed
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the store is bound to (by its first awaited call), or None before that."""
+        return self._loop
 
     async def _ensure_open(self) -> None:
         if self._closed:
@@ -207,6 +207,10 @@ class StoreBase:
         """
         if self.read_only:
             raise self._backend.readonly_error()
+        # A damaged file takes no more writes (backends without that check have no such method).
+        refusal = getattr(self._backend, "write_refusal", lambda: None)()
+        if refusal is not None:
+            raise refusal
         if during_close:
             if not self._opened:
                 raise StoreClosedError()

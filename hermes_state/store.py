@@ -9,7 +9,6 @@ the database.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -21,6 +20,7 @@ from .commands import (
     AppendMessages,
     DeleteSession,
     EndSession,
+    PopMessage,
     RecordAuxiliaryUsage,
     ReopenSession,
     ReplaceMessages,
@@ -33,6 +33,7 @@ from .commands import (
 )
 from .encoding import encode_message_args, encode_message_dicts, hashed_prompt
 from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
+from .limits import int64_arg, json_text
 from .methods.compression import CompressionMethods
 from .methods.health import HealthMethods
 from .methods.listing import ListingMethods
@@ -61,10 +62,7 @@ class CoreMethods(StoreBase):
         config = fields.pop("model_config")
         if config is not None and not isinstance(config, dict):
             raise TypeError(f"model_config must be a dict or None, not {type(config).__name__}")
-        try:
-            config_json = json.dumps(config) if config else None
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"model_config cannot be stored as JSON: {exc}") from None
+        config_json = json_text(config, "model_config") if config else None
         parent = fields.get("parent_session_id")
         if parent is not None:
             require_id(parent, "parent_session_id")
@@ -249,9 +247,7 @@ class CoreMethods(StoreBase):
         session_id = require_id(session_id)
         holder = opt_text(compression_lock_holder, "compression_lock_holder")
         if chunk_rows is not None:
-            if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int):
-                raise TypeError(f"chunk_rows must be an int or None, not {type(chunk_rows).__name__}")
-            if chunk_rows <= 0:
+            if int64_arg(chunk_rows, "chunk_rows") <= 0:
                 raise ValueError("chunk_rows must be positive")
         rows = encode_message_dicts(messages)
         if not rows:
@@ -281,6 +277,17 @@ class CoreMethods(StoreBase):
             session_id=require_id(session_id), rows=rows, active_only=bool(active_only), archive_dropped=bool(archive_dropped)
         )
         await self._write(command, size=rows_size(rows))
+
+    async def pop_message(self, session_id: str) -> dict[str, Any] | None:
+        """Delete the session's newest active message; returns it decoded (as ``get_messages`` would), or None.
+
+        The row is chosen and deleted by one queued command, so concurrent
+        pops remove distinct rows and never the same one twice. Counters drop
+        by the row and its tool calls. An unknown or empty session returns
+        None; the append guards apply (a session closed by compression raises
+        :class:`~hermes_state.CompressionSessionClosedError`).
+        """
+        return await self._write(PopMessage(session_id=require_id(session_id)), patience=TRANSCRIPT_PATIENCE)
 
     # ---------------------------------------------------------------------- usage
 

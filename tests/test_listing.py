@@ -430,7 +430,7 @@ async def test_runtime_lock_billing_route_and_model_config_patch(store: SessionD
     assert await store.patch_session_model_config("missing", {"a": 1}) is False
     assert await store.patch_session_model_config("s", []) is False  # type: ignore[arg-type]
     assert await store.patch_session_model_config("s", {}) is False
-    with pytest.raises(TypeError, match="patch"):
+    with pytest.raises(ValueError, match="patch.*finite"):
         await store.patch_session_model_config("s", {"x": float("nan")})
     with pytest.raises(TypeError, match="keys must be strings"):
         await store.patch_session_model_config("s", {1: "x"})  # type: ignore[dict-item]

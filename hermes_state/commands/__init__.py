@@ -13,7 +13,7 @@ import pkgutil
 from typing import Any, Union
 
 from .base import Command
-from .messages import AppendMessages, MessageRow, ReplaceMessages
+from .messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
 from .meta import SetMeta
 from .sessions import (
     DeleteSession,
@@ -47,6 +47,7 @@ __all__ = [
     "Command",
     "AppendMessages",
     "MessageRow",
+    "PopMessage",
     "ReplaceMessages",
     "SetMeta",
     "DeleteSession",

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from .base import Command
 
-# What the ``content`` column may hold after encoding: str, bytes, int, float
-# or None (see hermes_state.encoding). msgspec cannot decode a union of str
-# and bytes, so it is typed as Any; msgpack keeps the two apart on the wire.
+# What the ``content`` column may hold after encoding: str, bytes or None (see
+# hermes_state.encoding). msgspec cannot decode a union of str and bytes, so
+# it is typed as Any; msgpack keeps the two apart on the wire.
 ContentValue = Any
+# How a backend with a kind column labels stored content (encoding.split_content).
+ContentKind = Literal["text", "json", "bytes"]
 
 
 class MessageRow(msgspec.Struct, frozen=True, array_like=True):
@@ -63,3 +65,14 @@ class ReplaceMessages(Command, frozen=True):
     rows: tuple[MessageRow, ...]
     active_only: bool = False
     archive_dropped: bool = False
+
+
+class PopMessage(Command, frozen=True):
+    """Delete the session's newest active row and resolve to it (decoded), or None.
+
+    One command, so the newest row is chosen and removed inside one
+    transaction: concurrent pops take distinct rows, and a pop queued after
+    an append removes that append.
+    """
+
+    session_id: str

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sqlite3
@@ -27,6 +26,7 @@ from ..commands.compression import (
 )
 from ..encoding import encode_message_dicts, hashed_prompt
 from ..facade import StoreBase, opt_number, opt_text, require_id, rows_size
+from ..limits import finite_arg, int64_arg, json_text
 
 __all__ = ["CompressionMethods"]
 
@@ -53,25 +53,20 @@ def _ttl(value: Any) -> float:
     return seconds
 
 
-def _row_id(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    return value
+_row_id = int64_arg
 
 
 def _json_object(value: Any, name: str) -> str:
     if not isinstance(value, dict):
         raise TypeError(f"{name} must be a dict, not {type(value).__name__}")
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} cannot be stored as JSON: {exc}") from None
+    return json_text(value, name)
 
 
 def _counter(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    return max(0, int(value))
+    """A non-negative counter: ints as given, finite floats truncated, negatives as 0."""
+    if isinstance(value, float):
+        value = int(finite_arg(value, name))
+    return max(0, int64_arg(value, name))
 
 
 class CompressionMethods(StoreBase):
@@ -241,11 +236,10 @@ class CompressionMethods(StoreBase):
         if max_messages is None:
             await self._ensure_open()
             return self._max_resume_messages()
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
-            raise TypeError(f"max_messages must be an int or None, not {type(max_messages).__name__}")
-        if max_messages < 0:
+        value = int64_arg(max_messages, "max_messages")
+        if value < 0:
             raise ValueError("max_messages must be non-negative")
-        return max_messages
+        return value
 
     async def get_resume_message_count(self, session_id: str) -> int:
         """Return how many active rows a full resume loads (the session plus all its ancestors)."""

@@ -8,9 +8,7 @@ connection; writes are commands for the writer actor.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import sqlite3
 import time
 from collections.abc import Collection, Mapping
@@ -29,6 +27,7 @@ from ..commands.listing import (
 from ..encoding import encode_content, scrub_surrogates
 from ..errors import StoreClosedError
 from ..facade import ACTIVITY_PATIENCE, StoreBase, opt_text, require_id
+from ..limits import finite_arg, int64_arg, json_text
 
 __all__ = [
     "ACTIVITY_DESCRIPTION_MAX",
@@ -61,29 +60,16 @@ def flag_arg(value: Any, name: str) -> bool:
 
 
 def limit_arg(value: Any, name: str) -> int:
-    """A non-negative int (``bool`` is refused): ``TypeError`` / ``ValueError`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    """A non-negative 64-bit int (``bool`` is refused): ``TypeError`` / ``ValueError`` otherwise."""
+    value = int64_arg(value, name)
     if value < 0:
         raise ValueError(f"{name} must be non-negative, got {value}")
     return value
 
 
-def int_arg(value: Any, name: str) -> int:
-    """Any int except ``bool``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    return value
-
-
-def finite_number(value: Any, name: str) -> float:
-    """A finite int or float (``bool`` is refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-    result = float(value)
-    if not math.isfinite(result):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return result
+# Any 64-bit int except ``bool``; a finite int or float as a float.
+int_arg = int64_arg
+finite_number = finite_arg
 
 
 def str_list_arg(value: Any, name: str) -> list[str] | None:
@@ -100,14 +86,8 @@ def str_list_arg(value: Any, name: str) -> list[str] | None:
 
 
 def json_object_text(value: Mapping[str, Any], name: str) -> str:
-    """Serialise a mapping with string keys as JSON; NaN/Infinity and unserialisable values are refused."""
-    for key in value:
-        if not isinstance(key, str):
-            raise TypeError(f"{name} keys must be strings, found {type(key).__name__}")
-    try:
-        return json.dumps(dict(value), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} cannot be stored as JSON: {exc}") from None
+    """Serialise a mapping as JSON within the limits of :func:`~hermes_state.limits.json_text`."""
+    return json_text(dict(value), name)
 
 
 def bound_activity_description(description: Any) -> str:

@@ -59,6 +59,7 @@ from ..config import load_config
 from ..encoding import encode_message_dicts, prompt_hash, scrub_surrogates
 from ..errors import SessionExportTooLargeError, StoreClosedError
 from ..facade import StoreBase, opt_text, require_id, rows_size
+from ..limits import INT64_MAX, INT64_MIN, finite_arg, json_text
 from .listing import finite_number, flag_arg, int_arg
 
 __all__ = [
@@ -206,12 +207,13 @@ def _number_field(raw: Mapping[str, Any], name: str, kind: str) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _ImportProblem(f"{name} must be a number or null, not {type(value).__name__}")
     if kind == "count":
-        if not isinstance(value, int) or value < 0:
-            raise _ImportProblem(f"{name} must be a non-negative integer")
+        if not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+            raise _ImportProblem(f"{name} must be a non-negative integer of at most 2**63 - 1")
         return value
-    if not math.isfinite(value):
-        raise _ImportProblem(f"{name} must be finite")
-    return float(value)
+    try:
+        return finite_arg(value, name)
+    except ValueError as exc:
+        raise _ImportProblem(str(exc)) from None
 
 
 def _model_config_text(value: Any) -> str | None:
@@ -220,7 +222,7 @@ def _model_config_text(value: Any) -> str | None:
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise _ImportProblem("model_config must be valid JSON") from None
         if not isinstance(parsed, dict):
             raise _ImportProblem("model_config must be a JSON object")
@@ -228,9 +230,9 @@ def _model_config_text(value: Any) -> str | None:
     if not isinstance(value, Mapping):
         raise _ImportProblem("model_config must be a JSON object")
     try:
-        return json.dumps(dict(value), allow_nan=False)
-    except (TypeError, ValueError):
-        raise _ImportProblem("model_config must be JSON serialisable") from None
+        return json_text(dict(value), "model_config")
+    except (TypeError, ValueError) as exc:
+        raise _ImportProblem(str(exc)) from None
 
 
 def _check_message(position: int, message: Any) -> None:
@@ -248,13 +250,14 @@ def _check_message(position: int, message: Any) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
             raise _ImportProblem(f"messages[{position}].{name} must be a string or null")
     count = message.get("token_count")
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
-        raise _ImportProblem(f"messages[{position}].token_count must be an integer or null")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not INT64_MIN <= count <= INT64_MAX):
+        raise _ImportProblem(f"messages[{position}].token_count must be a signed 64-bit integer or null")
     stamp = message.get("timestamp")
-    if stamp is not None and (
-        isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp)
-    ):
-        raise _ImportProblem(f"messages[{position}].timestamp must be a finite number or null")
+    if stamp is not None:
+        try:
+            finite_arg(stamp, "timestamp")
+        except (TypeError, ValueError):
+            raise _ImportProblem(f"messages[{position}].timestamp must be a finite number or null") from None
 
 
 class MaintenanceMethods(StoreBase):
@@ -402,6 +405,9 @@ class MaintenanceMethods(StoreBase):
         """
         result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
         try:
+            for name, value in (("retention_days", retention_days), ("min_interval_hours", min_interval_hours),
+                                ("min_vacuum_interval_days", min_vacuum_interval_days)):
+                finite_number(value, name)  # reported under the caller's names
             now = time.time()
             if self._recently(await self.get_meta("last_auto_prune"), now, min_interval_hours * 3600.0):
                 result["skipped"] = True
@@ -431,6 +437,9 @@ class MaintenanceMethods(StoreBase):
         """
         result: dict[str, Any] = {"skipped": False, "archived": 0}
         try:
+            if idle_days is not None:
+                finite_number(idle_days, "idle_days")
+            finite_number(min_interval_hours, "min_interval_hours")
             now = time.time()
             if self._recently(await self.get_meta("last_auto_archive"), now, min_interval_hours * 3600.0):
                 result["skipped"] = True
@@ -472,7 +481,8 @@ class MaintenanceMethods(StoreBase):
         """
         session_id = require_id(session_id)
         limit = self._export_limit(max_messages)
-        count = await self._query("active_message_count", session_id, limit + 1 if limit else None)
+        bound = min(limit, INT64_MAX - 1) + 1 if limit else None  # one past the limit, still a 64-bit int
+        count = await self._query("active_message_count", session_id, bound)
         if limit and count > limit:
             raise SessionExportTooLargeError(session_id, count, limit)
         return int(count)
@@ -651,7 +661,7 @@ class MaintenanceMethods(StoreBase):
             parent = (_text_field(raw, "parent_session_id") or "").strip() or None
             try:
                 rows = encode_message_dicts(messages)
-            except TypeError as exc:
+            except (TypeError, ValueError) as exc:
                 raise _ImportProblem(str(exc)) from None
         except _ImportProblem as problem:
             problem.session_id = session_id

@@ -30,6 +30,7 @@ from ..commands.search import (
     SettleFtsStorage,
 )
 from ..facade import StoreBase, count_arg, opt_text
+from ..limits import INT64_MAX
 
 __all__ = ["SEARCH_RESULT_FIELDS", "SearchMethods"]
 
@@ -225,7 +226,7 @@ class SearchMethods(StoreBase):
                 source=source,
                 sources=sources,
                 exclude_sources=exclude_sources,
-                limit=max(limit * 4, limit),
+                limit=min(limit * 4, INT64_MAX),
                 offset=0,
                 include_archived=bool(include_archived),
                 order_by_last_active=True,

@@ -32,6 +32,7 @@ from ..facade import (
     opt_text,
     require_id,
 )
+from ..limits import saturating_add
 from .listing import finite_number, flag_arg
 
 __all__ = ["UsageMethods", "coalesce_token_deltas"]
@@ -81,7 +82,8 @@ def _add_costs(x: float | None, y: float | None) -> float | None:
 def coalesce_token_deltas(deltas: list[UpdateTokenCounts]) -> list[UpdateTokenCounts]:
     """Merge runs of adjacent incremental deltas with the same session and labels; keep the order.
 
-    Counts add up, costs add up ignoring None (None + None stays None), and
+    Counts add up (saturating at the 64-bit limits, like the stored
+    counters), costs add up ignoring None (None + None stays None), and
     the merged delta carries the latest timestamp. Absolute deltas are
     barriers and pass through unchanged.
     """
@@ -89,7 +91,9 @@ def coalesce_token_deltas(deltas: list[UpdateTokenCounts]) -> list[UpdateTokenCo
     for delta in deltas:
         if merged and _mergeable(merged[-1], delta):
             last = merged[-1]
-            changes: dict[str, Any] = {name: getattr(last, name) + getattr(delta, name) for name in _COUNTS}
+            changes: dict[str, Any] = {
+                name: saturating_add(getattr(last, name), getattr(delta, name)) for name in _COUNTS
+            }
             changes.update({name: _add_costs(getattr(last, name), getattr(delta, name)) for name in _COSTS})
             merged[-1] = msgspec.structs.replace(last, now=max(last.now, delta.now), **changes)
         else:

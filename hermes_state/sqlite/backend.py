@@ -13,7 +13,8 @@ import aiosqlite
 from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
-from ..errors import StoreClosedError
+from ..errors import DatabaseMalformedError, StoreClosedError
+from .damage import damaged_tables, is_malformed_error
 from .queries import query_for
 from .driver import driver_name, open_connection, run_on, sqlite_version_info
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
@@ -94,7 +95,9 @@ def _setup_reader(conn: Any, config: StoreConfig, cjk: bool = True, home: Path |
         facts["schema_version"] = None if row is None else int(row[0])
         fts = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'").fetchone()
         facts["fts"] = "none" if fts is None else ("current" if "tool_name" in (fts[0] or "") else "legacy")
-    except Exception as exc:  # not a hermes database (yet)
+    except Exception as exc:  # not a hermes database (yet), unless the file is damaged
+        if is_malformed_error(exc):
+            raise
         raise sqlite3.OperationalError(f"not a hermes state database (open it writable once to create the schema): {exc}") from exc
     return facts
 
@@ -127,6 +130,10 @@ class SQLiteReader:
         busy[index] += 1
         try:
             return await run_on(readers[index], fn, *args)
+        except Exception as exc:
+            if not is_malformed_error(exc):
+                raise
+            raise await self._backend.explain_damage(readers[index], exc) from exc
         finally:
             busy[index] -= 1
 
@@ -152,6 +159,9 @@ class SQLiteBackend:
         self._readers: list[aiosqlite.Connection] = []
         self._reader_busy: list[int] = []
         self._facts: dict[str, Any] = {}
+        # Set by the first error that shows damaged pages outside the FTS
+        # indexes; from then on this store refuses every write.
+        self.damaged: DatabaseMalformedError | None = None
 
     async def open(self) -> None:
         self.config = load_config(self.home)
@@ -179,6 +189,8 @@ class SQLiteBackend:
         except BaseException as exc:
             record_init_error(f"{type(exc).__name__}: {exc}")
             await self.close()
+            if isinstance(exc, Exception) and is_malformed_error(exc):
+                raise DatabaseMalformedError(str(self.path), str(exc)) from exc
             raise
 
     def _reader_uri(self) -> str:
@@ -187,10 +199,50 @@ class SQLiteBackend:
             return uri + "&immutable=1"
         return uri
 
+    def write_refusal(self) -> Exception | None:
+        """The error every write raises before it is queued, once the file is known to be damaged."""
+        if self.damaged is None:
+            return None
+        return DatabaseMalformedError(self.damaged.path, self.damaged.detail)
+
+    def _mark_damaged(self, exc: BaseException) -> DatabaseMalformedError:
+        if self.damaged is None:
+            self.damaged = DatabaseMalformedError(str(self.path), str(exc))
+            log.error("%s", self.damaged)
+        error = DatabaseMalformedError(str(self.path), str(exc))
+        error.__cause__ = exc
+        return error
+
+    async def explain_damage(self, conn: aiosqlite.Connection, exc: BaseException) -> sqlite3.DatabaseError:
+        """The error a read that met corruption raises: file damage stops writes, index damage says so."""
+        try:
+            tables = await run_on(conn, damaged_tables)
+        except Exception:  # the check itself could not run: treat the file as damaged
+            tables = ["sqlite_master"]
+        if tables:
+            return self._mark_damaged(exc)
+        return sqlite3.DatabaseError(
+            f"the full-text index is corrupt ({exc}); a writable store rebuilds it on its next search or open"
+        )
+
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
         if self._writer_conn is None:
             raise StoreClosedError()
-        return await run_on(self._writer_conn, apply_batch, commands)
+        refusal = self.write_refusal()
+        if refusal is not None:
+            raise refusal
+        try:
+            outcomes = await run_on(self._writer_conn, apply_batch, commands)
+        except Exception as exc:
+            if is_malformed_error(exc):
+                raise self._mark_damaged(exc) from exc
+            raise
+        # FTS damage was recovered from inside the batch; what still says
+        # "malformed" lies in the transcript tables.
+        return [
+            (False, self._mark_damaged(value)) if not ok and is_malformed_error(value) else (ok, value)
+            for ok, value in outcomes
+        ]
 
     def is_busy_error(self, exc: BaseException) -> bool:
         if not isinstance(exc, sqlite3.OperationalError):
@@ -219,7 +271,8 @@ class SQLiteBackend:
         for reader in readers:
             await reader.close()
         if writer is not None:
-            if self._facts.get("journal_mode") == "wal":
+            # A damaged file gets no checkpoint either: the WAL stays beside it for the repair.
+            if self._facts.get("journal_mode") == "wal" and self.damaged is None:
                 try:
                     await run_on(writer, _checkpoint)
                 except Exception:

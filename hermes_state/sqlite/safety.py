@@ -76,35 +76,55 @@ def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
 
 
 def _integrity(conn: Any) -> str:
+    from .search.fts_schema import present_tables
+
     try:
         rows = conn.execute("PRAGMA integrity_check").fetchall()
     except Exception as exc:  # a badly damaged file can fail the check itself
         return f"integrity_check failed: {exc}"
-    return "ok" if [r[0] for r in rows] == ["ok"] else "; ".join(str(r[0]) for r in rows[:5])
+    if [r[0] for r in rows] != ["ok"]:
+        return "; ".join(str(r[0]) for r in rows[:5])
+    # SQLite before 3.44 leaves FTS5 indexes out of integrity_check; ask each index itself.
+    for table in present_tables(conn):
+        try:
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+        except Exception as exc:
+            return f"{table}: {exc}"
+    return "ok"
 
 
 def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True) -> dict[str, Any]:
-    """Try to repair a damaged ``state.db`` in place; returns what was done.
+    """Try to repair a damaged ``state.db`` in place; returns what was done and what was recovered.
 
     Close every store on the file first. With ``backup`` the file and its
     sidecars are copied aside before anything changes. Steps, each followed
-    by ``PRAGMA integrity_check`` and stopping at the first clean result:
-    rebuild the full-text indexes from ``messages``, ``REINDEX``, ``VACUUM``.
-    The result is ``{"ok": bool, "backup": path or None, "steps": [...],
-    "integrity": "ok" or the remaining problems}``; transcript rows are never
-    deleted by any step.
+    by an integrity check (``PRAGMA integrity_check`` plus each FTS index's
+    own check) and stopping at the first clean result: rebuild the
+    full-text indexes from ``messages``, ``REINDEX``, ``VACUUM``, and last
+    ``salvage``: copy every readable row into a fresh file that replaces the
+    damaged one (which is kept: the backup, or without one the file itself
+    moved aside). The result is ``{"ok": bool, "backup": path or None,
+    "steps": [...], "integrity": "ok" or the remaining problems}``; after a
+    salvage it also holds ``"recovered"`` (rows per table),
+    ``"unreadable"`` (lost rowid ranges per table) and
+    ``"placeholder_sessions"``. No step deletes a readable transcript row.
     """
     from .driver import driver_module
+    from .salvage import salvage_rows
     from .search.fts_schema import rebuild_in_place
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no database file at {path}")
     result: dict[str, Any] = {"ok": False, "backup": None, "steps": [], "integrity": None}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     if backup:
-        label = f"malformed-backup-{time.strftime('%Y%m%d-%H%M%S')}"
-        result["backup"] = str(_set_aside(path, label, "", shutil.copy2))
-    conn = driver_module().connect(str(path), isolation_level=None, timeout=5.0)
+        result["backup"] = str(_set_aside(path, f"malformed-backup-{stamp}", "", shutil.copy2))
+
+    def connect() -> Any:
+        return driver_module().connect(str(path), isolation_level=None, timeout=5.0)
+
+    conn = connect()
     try:
         result["integrity"] = _integrity(conn)
         if result["integrity"] == "ok":
@@ -120,10 +140,29 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
                 conn.execute("ROLLBACK")
                 raise
 
+        def salvage() -> None:
+            nonlocal conn
+            fresh = path.with_name(f"{path.name}.salvage-{stamp}")
+            fresh.unlink(missing_ok=True)
+            try:
+                result.update(salvage_rows(conn, fresh))
+            except BaseException:
+                fresh.unlink(missing_ok=True)
+                raise
+            conn.close()
+            if result["backup"] is None:
+                result["backup"] = str(_set_aside(path, f"malformed-{stamp}", "", os.replace))
+            # Sidecars of the damaged file must not be replayed into the fresh one.
+            for suffix in ("-wal", "-shm", "-journal"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            os.replace(fresh, path)
+            conn = connect()
+
         for name, step in (
             ("fts_rebuild", fts_rebuild),
             ("reindex", lambda: conn.execute("REINDEX")),
             ("vacuum", lambda: conn.execute("VACUUM")),
+            ("salvage", salvage),
         ):
             try:
                 step()

@@ -20,6 +20,16 @@ def gc_prompts(conn: Any) -> None:
     conn.execute(GC_PROMPTS_SQL)
 
 
+def changes(conn: Any) -> int:
+    """Rows changed by the last INSERT/UPDATE/DELETE on ``conn``.
+
+    ``cursor.rowcount`` cannot be trusted for a statement that starts with
+    ``WITH``: Python's own ``sqlite3`` (3.10-3.13) reports -1 for it, so such
+    statements ask SQLite directly.
+    """
+    return int(conn.execute("SELECT changes()").fetchone()[0])
+
+
 def store_prompt(conn: Any, prompt: str | None, digest: str | None) -> None:
     if prompt is not None and digest is not None:
         conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (digest, prompt))

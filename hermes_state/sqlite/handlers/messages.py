@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
-from ...commands.messages import AppendMessages, MessageRow, ReplaceMessages
+from ...commands.messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
+from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
+from ..queries.core import fetch_dicts
 from .common import append_verdicts
 from .registry import handles, handles_bulk
 
@@ -120,3 +122,29 @@ def replace_messages(conn: Any, cmd: ReplaceMessages) -> None:
         "UPDATE sessions SET message_count = ?, tool_call_count = ? WHERE id = ?",
         (added, calls, cmd.session_id),
     )
+
+
+@handles(PopMessage)
+def pop_message(conn: Any, cmd: PopMessage) -> dict[str, Any] | None:
+    # The append guards apply: removing rows under someone else's compaction
+    # would desynchronise the summary it is writing.
+    verdict = append_verdicts(conn, [(cmd.session_id, None)], time.time())
+    refusal = next(iter(verdict.values()))
+    if isinstance(refusal, SessionNotFoundError):
+        return None
+    if refusal is not None:
+        raise refusal
+    rows = fetch_dicts(
+        conn, "SELECT * FROM messages WHERE session_id = ? AND active = 1 ORDER BY id DESC LIMIT 1", (cmd.session_id,)
+    )
+    if not rows:
+        return None
+    row = rows[0]
+    conn.execute("DELETE FROM messages WHERE id = ?", (row["id"],))
+    _, calls = encode_tool_calls(row["tool_calls"])
+    conn.execute(
+        "UPDATE sessions SET message_count = MAX(COALESCE(message_count, 0) - 1, 0), "
+        "tool_call_count = MAX(COALESCE(tool_call_count, 0) - ?, 0) WHERE id = ?",
+        (calls, cmd.session_id),
+    )
+    return decode_message_row(row)

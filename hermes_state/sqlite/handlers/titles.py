@@ -6,6 +6,7 @@ from typing import Any
 
 from ...commands.titles import SetLineageFlag, SetSessionTitle, SetSessionTitleSource
 from ..queries.compression import lineage_ids_cte
+from .common import changes
 from .registry import handles
 
 # Authority of a title's provenance; an automatic title never replaces an equal or higher one.
@@ -65,8 +66,8 @@ def set_lineage_flag(conn: Any, cmd: SetLineageFlag) -> int:
     if cmd.column not in _FLAG_COLUMNS:
         raise ValueError(f"not a lineage flag: {cmd.column!r}")
     value = cmd.value if cmd.column == "last_read_at" else int(cmd.value)
-    cur = conn.execute(
+    conn.execute(
         lineage_ids_cte("?1") + f"UPDATE sessions SET {cmd.column} = ?2 WHERE id IN (SELECT id FROM lineage)",
         (cmd.session_id, value),
     )
-    return int(cur.rowcount)
+    return changes(conn)

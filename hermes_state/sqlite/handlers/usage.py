@@ -12,6 +12,10 @@ log = logging.getLogger("hermes_state.usage")
 
 _TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
+# Token counters saturate at 2**63 - 1 instead of turning into floats: in
+# SQLite an integer overflow in ``+`` yields a REAL, and CAST clamps a REAL to
+# the signed 64-bit range. Deltas are 64-bit ints (checked at the call site),
+# so a sum that fits stays an exact integer and one that does not is clamped.
 _LEDGER_UPSERT_SQL = """
 INSERT INTO session_model_usage (
     session_id, model, billing_provider, billing_base_url, billing_mode, task,
@@ -20,12 +24,12 @@ INSERT INTO session_model_usage (
     first_seen, last_seen
 ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(session_id, model, billing_provider, billing_base_url, billing_mode, task) DO UPDATE SET
-    api_call_count = api_call_count + excluded.api_call_count,
-    input_tokens = input_tokens + excluded.input_tokens,
-    output_tokens = output_tokens + excluded.output_tokens,
-    cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
-    cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,
-    reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,
+    api_call_count = CAST(api_call_count + excluded.api_call_count AS INTEGER),
+    input_tokens = CAST(input_tokens + excluded.input_tokens AS INTEGER),
+    output_tokens = CAST(output_tokens + excluded.output_tokens AS INTEGER),
+    cache_read_tokens = CAST(cache_read_tokens + excluded.cache_read_tokens AS INTEGER),
+    cache_write_tokens = CAST(cache_write_tokens + excluded.cache_write_tokens AS INTEGER),
+    reasoning_tokens = CAST(reasoning_tokens + excluded.reasoning_tokens AS INTEGER),
     estimated_cost_usd = estimated_cost_usd + excluded.estimated_cost_usd,
     actual_cost_usd = actual_cost_usd + excluded.actual_cost_usd,
     cost_status = COALESCE(excluded.cost_status, cost_status),
@@ -72,12 +76,12 @@ def update_token_counts(conn: Any, cmd: UpdateTokenCounts) -> None:
             (*tokens, cmd.estimated_cost_usd or 0.0, cmd.actual_cost_usd, cmd.api_call_count, cmd.session_id),
         )
     else:
-        counters = ", ".join(f"{f} = COALESCE({f}, 0) + ?" for f in _TOKEN_FIELDS)
+        counters = ", ".join(f"{f} = CAST(COALESCE({f}, 0) + ? AS INTEGER)" for f in _TOKEN_FIELDS)
         conn.execute(
             f"UPDATE sessions SET {counters}, "
             "estimated_cost_usd = COALESCE(estimated_cost_usd, 0) + COALESCE(?, 0), "
             "actual_cost_usd = CASE WHEN ? IS NULL THEN actual_cost_usd ELSE COALESCE(actual_cost_usd, 0) + ? END, "
-            "api_call_count = COALESCE(api_call_count, 0) + ? WHERE id = ?",
+            "api_call_count = CAST(COALESCE(api_call_count, 0) + ? AS INTEGER) WHERE id = ?",
             (*tokens, cmd.estimated_cost_usd, cmd.actual_cost_usd, cmd.actual_cost_usd, cmd.api_call_count, cmd.session_id),
         )
     conn.execute(

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...errors import SessionResumeTooLargeError
+from ...limits import INT64_MAX
 from .core import fetch_dicts, resolve_prompt, session_chain, snapshot
 from .registry import query
 
@@ -197,7 +198,8 @@ def _active_count(conn: Any, ids: list[str], bound: int | None) -> int:
     inner = f"SELECT 1 FROM messages WHERE session_id IN ({marks}) AND active = 1"
     if bound is None:
         return int(conn.execute(f"SELECT COUNT(*) FROM ({inner})", ids).fetchone()[0])
-    return int(conn.execute(f"SELECT COUNT(*) FROM ({inner} LIMIT ?)", (*ids, bound + 1)).fetchone()[0])
+    over = min(bound, INT64_MAX - 1) + 1  # one past the bound, still a 64-bit int
+    return int(conn.execute(f"SELECT COUNT(*) FROM ({inner} LIMIT ?)", (*ids, over)).fetchone()[0])
 
 
 def _check_resume_size(conn: Any, session_id: str, ids: list[str], limit: int) -> int:

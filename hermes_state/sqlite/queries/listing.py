@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ...encoding import JSON_CONTENT_PREFIX, decode_content, decode_message_row
+from ...limits import INT64_MAX
 from .compression import compression_tip, continuation_sql, last_active_sql, marker_sql
 from .core import fetch_dicts, snapshot
 from .registry import query
@@ -183,7 +184,12 @@ def shape_preview(raw: Any) -> str:
     if text.startswith(JSON_CONTENT_PREFIX):
         # Structured (multimodal) content: its text parts, or a placeholder when
         # there are none or the excerpt cut the JSON short (inline images).
-        text = _multimodal_text(decode_content(text)) or "[multimodal content]"
+        # A decoded string is a user's text that happened to begin with the marker.
+        value = decode_content(text)
+        if isinstance(value, str) and value != text:
+            text = value
+        else:
+            text = _multimodal_text(value) or "[multimodal content]"
         text = " ".join(text.split())[:PREVIEW_HEAD]
     text = text.strip()
     if not text:
@@ -518,7 +524,7 @@ def _around(conn: Any, session_id: str, anchor: int, window: int) -> dict[str, A
         return {"window": [], "messages_before": 0, "messages_after": 0}
     before = _message_rows(
         conn, "SELECT * FROM messages WHERE session_id = ? AND id <= ? ORDER BY id DESC LIMIT ?",
-        (session_id, anchor, window + 1),
+        (session_id, anchor, min(window, INT64_MAX - 1) + 1),
     )
     after = _message_rows(
         conn, "SELECT * FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",

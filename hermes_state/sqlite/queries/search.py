@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ...encoding import decode_content
+from ...limits import INT64_MAX
 from ..driver import driver_module
 from ..search.fts_schema import (
     DB_ERRORS,
@@ -243,7 +244,7 @@ def _ranked_candidates(conn: Any, req: _Search, table: str, match: str) -> list[
     FTS5's sort yields them). Only the visibility filter may drop rows here;
     if too many of the best rows are hidden, None asks for the joined scan.
     """
-    need = req.limit + req.offset
+    need = min(req.limit + req.offset, INT64_MAX // 2)  # both may be up to 2**63 - 1
     where, params = req.filters()
     count = max(_CANDIDATES, 2 * need)
     for _ in range(2):

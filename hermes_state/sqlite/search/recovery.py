@@ -7,6 +7,8 @@ impossible or does not help, the FTS triggers are dropped and ``fts_stale``
 is recorded, so searches serve a LIKE scan until the next writable open
 repairs the indexes. Either way the failed writes are applied again: the
 transcript write is what matters, the index can be rebuilt from it.
+Damage outside the indexes is not touched here: the backend turns it into
+``DatabaseMalformedError`` and stops writing (``hermes_state.sqlite.damage``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..damage import damaged_tables, is_malformed_error as is_fts_corruption_error
 from .fts_schema import ALL_TRIGGERS, DB_ERRORS, detach_fts, get_meta, rebuild_in_place
 
 __all__ = ["apply_with_fts_recovery", "is_fts_corruption_error", "recover_fts"]
@@ -25,16 +28,6 @@ Outcome = tuple[bool, Any]
 # A writer connection retries a corrupt-index write at most this many times
 # per batch (one in-place rebuild, then one detach).
 MAX_RECOVERIES = 2
-
-
-def is_fts_corruption_error(exc: BaseException) -> bool:
-    """True for errors that mean a damaged FTS index (or schema) rather than bad input."""
-    text = str(exc).lower()
-    return (
-        "malformed database schema" in text
-        or "database disk image is malformed" in text
-        or ("fts5" in text and "corrupt" in text)
-    )
 
 
 def _rebuild_tried(conn: Any) -> bool:
@@ -72,8 +65,12 @@ def recover_fts(conn: Any) -> bool:
 
     The first time on a connection: rebuild every index in place. After
     that (or when the rebuild fails): detach FTS. When FTS is already
-    detached the error has another cause and False is returned.
+    detached, or the damage lies outside the indexes, the error has another
+    cause and False is returned (nothing is written then).
     """
+    if damaged_tables(conn):
+        log.error("the database file is damaged outside the FTS indexes; not touching the indexes")
+        return False
     if not _rebuild_tried(conn):
         _mark_rebuild_tried(conn)
         if _in_own_transaction(conn, rebuild_in_place):

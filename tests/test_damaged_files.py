@@ -1,0 +1,207 @@
+"""Damaged files (issue 10, item 6): the first "malformed" stops writes, names the repair, and the repair salvages.
+
+Every case damages a real file on disk the way a crash, a bad disk or a bad
+copy does: bytes overwritten inside a page of the transcript table, or the
+file cut short.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from hermes_state import DatabaseMalformedError, SessionDB, repair_state_db_schema
+from hermes_state.sqlite.driver import driver_module
+
+ROWS = 400
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return closing(driver_module().connect(str(path), isolation_level=None))  # type: ignore[return-value]
+
+
+def marker(i: int) -> str:
+    # Upper case: the FTS tokenizers fold case, so these bytes exist only in the messages table.
+    return f"ROWMARK{i:05d}Q"
+
+
+async def make_file(path: Path) -> None:
+    """Sessions "s" (ROWS messages) and "t" (one message), closed so the file holds everything."""
+    db = SessionDB(path)
+    try:
+        await db.create_session("s", "cli")
+        await db.create_session("t", "cli")
+        await db.append_messages_batch(
+            "s", [{"role": "user", "content": f"{marker(i)} deployment note " + "x" * 200} for i in range(ROWS)]
+        )
+        await db.append_message("t", "user", "other session")
+    finally:
+        await db.close()
+
+
+def page_of(path: Path, needle: str) -> int:
+    data = path.read_bytes()
+    offset = data.index(needle.encode())
+    with raw(path) as conn:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    return offset // page_size
+
+
+def smash_page(path: Path, page_index: int) -> None:
+    with raw(path) as conn:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    with open(path, "r+b") as fh:
+        fh.seek(page_index * page_size)
+        fh.write(b"\xff" * page_size)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def remedy_named(exc: BaseException) -> None:
+    text = str(exc)
+    assert "repair_state_db_schema" in text and "doctor --repair" in text
+    assert "malformed" in text
+
+
+async def test_damaged_page_stops_writes_and_repair_salvages_the_rest(db_path: Path) -> None:
+    await make_file(db_path)
+    smash_page(db_path, page_of(db_path, marker(200)))
+
+    db = SessionDB(db_path)
+    try:
+        # Opening does not scan the file; the untouched session still reads.
+        assert [m["content"] for m in await db.get_messages("t")] == ["other session"]
+        with pytest.raises(DatabaseMalformedError) as caught:
+            await db.get_messages("s")
+        remedy_named(caught.value)
+        assert isinstance(caught.value, sqlite3.DatabaseError) and caught.value.path == str(db_path)
+        changes = db._backend._writer_conn.total_changes  # type: ignore[attr-defined]
+        # From now on every write is refused at the call site, nothing is queued.
+        for attempt in (
+            db.append_message("t", "user", "after the damage"),
+            db.create_session("u", "cli"),
+            db.set_session_title("t", "renamed"),
+        ):
+            with pytest.raises(DatabaseMalformedError) as refused:
+                await attempt
+            remedy_named(refused.value)
+        assert db._actor.commands == 0  # type: ignore[attr-defined]
+        assert db._backend._writer_conn.total_changes == changes  # type: ignore[attr-defined]
+    finally:
+        await db.close()
+    before = digest(db_path)
+
+    report = repair_state_db_schema(db_path)
+    assert report["ok"], report
+    assert report["steps"][-1] == "salvage"
+    backup = Path(report["backup"])
+    assert backup.exists() and digest(backup) == before
+    lost = ROWS + 1 - report["recovered"]["messages"]
+    assert 0 < lost < 40  # one page of rows, not the table
+    assert report["unreadable"]["messages"] and report["recovered"]["sessions"] == 2
+    assert report["placeholder_sessions"] == 0
+
+    db = SessionDB(db_path)
+    try:
+        contents = [m["content"] for m in await db.get_messages("s")]
+        assert len(contents) == ROWS - lost
+        assert contents[0].startswith(marker(0)) and contents[-1].startswith(marker(ROWS - 1))
+        assert not any(c.startswith(marker(200)) for c in contents)
+        assert len(await db.search_messages("deployment", limit=1000)) == ROWS - lost
+        new_id = await db.append_message("t", "user", "after the repair")
+        assert new_id > max(m["id"] for m in await db.get_messages("s"))
+    finally:
+        await db.close()
+    with raw(db_path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+async def test_file_cut_in_half_is_refused_and_repair_reports_what_survived(db_path: Path) -> None:
+    await make_file(db_path)
+    size = db_path.stat().st_size
+    os.truncate(db_path, size // 2)
+
+    db = SessionDB(db_path)
+    try:
+        with pytest.raises(DatabaseMalformedError) as caught:
+            await db.get_messages("s")
+        remedy_named(caught.value)
+        with pytest.raises(DatabaseMalformedError):
+            await db.append_message("t", "user", "into a half file")
+    finally:
+        await db.close()
+
+    report = repair_state_db_schema(db_path)
+    assert report["ok"], report
+    recovered = report["recovered"]["messages"]
+    assert 0 < recovered < ROWS + 1
+    assert Path(report["backup"]).stat().st_size == size // 2
+
+    db = SessionDB(db_path)
+    try:
+        assert await db.message_count() == recovered
+        await db.append_message("t", "user", "after the repair")  # the store writes again
+    finally:
+        await db.close()
+
+
+async def test_read_only_store_reports_damage_with_the_remedy(db_path: Path) -> None:
+    await make_file(db_path)
+    smash_page(db_path, page_of(db_path, marker(100)))
+    before = digest(db_path)
+    ro = SessionDB(db_path, read_only=True)
+    try:
+        with pytest.raises(DatabaseMalformedError) as caught:
+            await ro.get_messages("s")
+        remedy_named(caught.value)
+    finally:
+        await ro.close()
+    assert digest(db_path) == before
+
+
+async def test_lost_session_row_keeps_its_messages_under_a_placeholder(db_path: Path) -> None:
+    db = SessionDB(db_path)
+    try:
+        await db.create_session("kept", "cli")
+        await db.create_session("SESSIONROWMARKERQ", "cli", model="m")
+        await db.append_messages_batch("SESSIONROWMARKERQ", [{"role": "user", "content": f"line {i}"} for i in range(5)])
+    finally:
+        await db.close()
+    # Damage the sessions-table page (the id's other copy lives in its index page).
+    with raw(db_path) as conn:
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").fetchone()[0]
+    smash_page(db_path, root - 1)
+
+    report = repair_state_db_schema(db_path, backup=False)
+    assert report["ok"], report
+    assert report["placeholder_sessions"] == 1 and report["recovered"]["messages"] == 5
+    assert report["backup"] and Path(report["backup"]).exists()  # the damaged file is kept anyway
+
+    db = SessionDB(db_path)
+    try:
+        session = await db.get_session("SESSIONROWMARKERQ")
+        assert session is not None and session["source"] == "recovered"
+        assert [m["content"] for m in await db.get_messages("SESSIONROWMARKERQ")] == [f"line {i}" for i in range(5)]
+    finally:
+        await db.close()
+
+
+async def test_damaged_index_page_alone_still_fails_open(db_path: Path) -> None:
+    """Damage inside the FTS index is not file damage: writes go on (spec §1.5.4)."""
+    await make_file(db_path)
+    with raw(db_path) as conn:
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'messages_fts_data'").fetchone()[0]
+    smash_page(db_path, root - 1)
+    db = SessionDB(db_path)
+    try:
+        await db.append_message("t", "user", "written after index damage")
+        assert len(await db.get_messages("s")) == ROWS
+    finally:
+        await db.close()
