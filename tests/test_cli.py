@@ -81,16 +81,41 @@ def test_default_database_is_in_hermes_home(tmp_path: Path) -> None:
     assert not (tmp_path / "state.db").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
-def test_read_commands_work_in_a_read_only_directory(built: Path) -> None:
-    built.parent.chmod(0o555)
+def make_read_only(paths: list[Path]) -> bool:
+    """Take write permission away, also from root (immutable attribute); False when that is impossible here."""
+    if os.geteuid() != 0:
+        for path in paths:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        return True
+    import subprocess
+
+    done = subprocess.run(["chattr", "+i", *map(str, paths)], capture_output=True)
+    return done.returncode == 0
+
+
+def restore_writable(paths: list[Path]) -> None:
+    if os.geteuid() == 0:
+        import subprocess
+
+        subprocess.run(["chattr", "-i", *map(str, paths)], capture_output=True)
+    for path in paths:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def test_read_commands_need_no_write_permission(built: Path) -> None:
+    locked = [built, built.parent]
+    if not make_read_only(locked):
+        pytest.skip("cannot make a directory read-only for root here (no chattr +i)")
     try:
-        for args in (["info"], ["sessions", "list"], ["search", "docker"], ["doctor"], ["sessions", "show", "deploy-1"]):
+        for args in (["info"], ["sessions", "list"], ["search", "docker"], ["doctor"], ["sessions", "show", "deploy-1"],
+                     ["export"]):
             done = run_cli(built.parent.parent, "--db", str(built), *args)
             assert done.returncode == 0, (args, done.stderr)
         assert sidecars(built) == []
+        refused = run_cli(built.parent.parent, "--db", str(built), "sessions", "delete", "deploy-1")
+        assert refused.returncode == 1 and "not writable" in one_error_line(refused)
     finally:
-        built.parent.chmod(0o755)
+        restore_writable(locked)
 
 
 async def test_read_commands_beside_a_live_writer_see_its_commits(built: Path) -> None:
