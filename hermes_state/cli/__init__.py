@@ -69,10 +69,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _network_cause(exc: BaseException) -> BaseException | None:
+    """The connection failure (refused, unreachable, timed out) behind ``exc``, if any; backends may wrap it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (ConnectionError, TimeoutError, asyncio.TimeoutError)) or (
+            isinstance(current, OSError) and not isinstance(current, (FileNotFoundError, PermissionError))
+            and current.errno is not None and current.filename is None
+        ):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _describe(exc: BaseException, target: Target | None) -> str:
     """One line for an unexpected failure; connection failures name the server's host and port."""
-    if target is not None and target.is_postgres and isinstance(exc, (OSError, asyncio.TimeoutError)):
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    network = _network_cause(exc)
+    if target is not None and target.is_postgres and network is not None:
+        reason = getattr(network, "strerror", None) or str(network) or type(network).__name__
         return f"cannot connect to PostgreSQL at {target.host_port}: {reason}"
     text = str(exc) or type(exc).__name__
     if isinstance(exc, sqlite3.DatabaseError) and "file is not a database" in text and target is not None:

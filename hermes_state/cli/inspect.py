@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from .. import SCHEMA_VERSION, repair_state_db_schema
 from .errors import FAILURE, OK, CliError
@@ -16,6 +16,7 @@ __all__ = ["add_parsers"]
 
 # A WAL this large means checkpoints are not keeping up (a long reader, or a writer that never closes).
 WAL_WARN_BYTES = 64 * 1024 * 1024
+T = TypeVar("T")
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -42,13 +43,21 @@ def _file_sizes(target: Target) -> dict[str, int | None]:
     return sizes
 
 
+async def _if_supported(call: Awaitable[T]) -> T | None:
+    """The result, or None where the backend has no such query (a check it cannot run is skipped)."""
+    try:
+        return await call
+    except NotImplementedError:
+        return None
+
+
 async def _facts(db: Any, target: Target) -> dict[str, Any]:
     info: dict[str, Any] = dict(await db.storage_info())
     info.update(_file_sizes(target))
     info["sessions"] = await db.session_count(include_archived=True)
     info["messages"] = await db.message_count()
-    info["fts_rebuild"] = await db.fts_rebuild_status()
-    info["fts_cjk_rebuild"] = await db.fts_cjk_rebuild_status()
+    info["fts_rebuild"] = await _if_supported(db.fts_rebuild_status())
+    info["fts_cjk_rebuild"] = await _if_supported(db.fts_cjk_rebuild_status())
     info["writer"] = db.writer_stats()
     return info
 
@@ -88,8 +97,11 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
         checks.append(_check("schema", "ok" if version == SCHEMA_VERSION else "fail",
                              f"version {version} (this release writes {SCHEMA_VERSION})"))
         bar.update()
-        problems = await db.integrity_problems()
-        checks.append(_check("integrity", "fail" if problems else "ok", "; ".join(problems[:5]) or "no problems found"))
+        problems = await _if_supported(db.integrity_problems())
+        if problems is None:
+            checks.append(_check("integrity", "skip", "this backend has no integrity check"))
+        else:
+            checks.append(_check("integrity", "fail" if problems else "ok", "; ".join(problems[:5]) or "no problems found"))
         bar.update()
         pending = info.get("fts_rebuild")
         fts = info.get("fts")
@@ -105,7 +117,7 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
             status = "warn" if wal is not None and wal > WAL_WARN_BYTES else "ok"
             checks.append(_check("wal", status, f"journal mode {info.get('journal_mode')}, WAL {size(wal)}"))
         bar.update()
-        leases = await db.compression_leases()
+        leases = await _if_supported(db.compression_leases()) or []
         live = [lease for lease in leases if lease["live"]]
         detail = f"{len(live)} live, {len(leases) - len(live)} expired"
         if live:

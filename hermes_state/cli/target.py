@@ -35,6 +35,7 @@ class Target:
 
     path: Path | None = None
     url: str | None = None
+    label: str = ""  # the URL as given, password redacted: what messages show
 
     @property
     def is_postgres(self) -> bool:
@@ -47,7 +48,7 @@ class Target:
         return f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
 
     def __str__(self) -> str:
-        return redact(self.url) if self.url is not None else str(self.path)
+        return self.label or (redact(self.url) if self.url is not None else str(self.path))
 
 
 def parse_target(text: str | None) -> Target:
@@ -59,7 +60,7 @@ def parse_target(text: str | None) -> Target:
         parts = urlsplit(f"postgresql+asyncpg://{rest}")
         if not parts.hostname or not parts.path.strip("/"):
             raise CliError(f"{redact(text)}: a PostgreSQL URL needs a host and a database name")
-        return Target(url=urlunsplit(parts))
+        return Target(url=urlunsplit(parts), label=redact(text))
     if sep and len(scheme) > 1:
         raise CliError(f"unsupported store URL scheme {scheme!r}: give a file path or a postgresql:// URL")
     return Target(path=Path(text).expanduser())
