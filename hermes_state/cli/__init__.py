@@ -86,11 +86,16 @@ def _network_cause(exc: BaseException) -> BaseException | None:
 
 def _describe(exc: BaseException, target: Target | None) -> str:
     """One line for an unexpected failure; connection failures name the server's host and port."""
-    network = _network_cause(exc)
-    if target is not None and target.is_postgres and network is not None:
-        reason = getattr(network, "strerror", None) or str(network) or type(network).__name__
-        return f"cannot connect to PostgreSQL at {target.host_port}: {reason}"
     text = str(exc) or type(exc).__name__
+    if target is not None and target.is_postgres:
+        if target.host_port in text:  # the backend already named the server
+            return text
+        network = _network_cause(exc)
+        if network is not None:
+            reason = getattr(network, "strerror", None) or str(network) or type(network).__name__
+            return f"cannot connect to PostgreSQL at {target.host_port}: {reason}"
+        if type(exc).__module__.startswith("asyncpg"):
+            return f"PostgreSQL at {target.host_port}: {text}"
     if isinstance(exc, sqlite3.DatabaseError) and "file is not a database" in text and target is not None:
         return f"{target} is not a SQLite database ({text})"
     if isinstance(exc, PermissionError) and exc.filename:
