@@ -17,7 +17,7 @@ from .output import print_json, progress
 from .argtypes import non_negative
 from .sessions import iter_messages
 from .target import Target, open_store, parse_target
-from .transport import Budget, SessionWriter, digest_messages, load_session, session_ids
+from .transport import Budget, SessionWriter, digest_messages, session_ids
 
 __all__ = ["add_parser", "verify"]
 
@@ -74,6 +74,19 @@ async def verify(source: Any, destination: Any, ids: list[str]) -> list[dict[str
     return problems
 
 
+async def _copy_session(source: Any, writer: SessionWriter, session_id: str) -> None:
+    """Queue one session; one larger than a batch streams its messages page by page."""
+    session = await source.get_session(session_id)
+    if session is None:  # deleted from the source meanwhile
+        return
+    page = writer.budget.messages
+    if (session.get("message_count") or 0) > page:
+        await writer.add_paged(session, iter_messages(source, session_id, page=page), session_id)
+        return
+    session["messages"] = [m async for rows in iter_messages(source, session_id) for m in rows]
+    await writer.add(session, session_id)
+
+
 def _same_store(a: Target, b: Target) -> bool:
     if a.path is not None and b.path is not None:
         return a.path.resolve() == b.path.resolve()
@@ -97,9 +110,7 @@ async def run_copy(args: argparse.Namespace) -> int:
                 bar = progress(len(ids), "copy")
                 try:
                     for session_id in ids:
-                        session = await load_session(source, session_id)
-                        if session is not None:
-                            await writer.add(session, session_id)
+                        await _copy_session(source, writer, session_id)
                         bar.update()
                     await writer.flush()
                 finally:

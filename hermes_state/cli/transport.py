@@ -1,8 +1,7 @@
 """Moving whole sessions between stores through the public API, in bounded, resumable batches.
 
 Reading: :func:`session_ids` lists a store's sessions parents first (an
-import links a child only to a parent that already exists), and
-:func:`load_session` reads one with its active messages.
+import links a child only to a parent that already exists).
 
 Writing: :class:`SessionWriter` packs sessions into ``import_sessions``
 calls that stay inside the API's limits and a memory budget. Each call is
@@ -17,16 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 
 import msgspec
 
 from ..methods.maintenance import IMPORT_MAX_MESSAGES_PER_SESSION, IMPORT_MAX_SESSION_BYTES, IMPORT_MAX_SESSIONS
 from .errors import CliError
 from .output import json_default
-from .sessions import iter_messages
 
-__all__ = ["SessionWriter", "session_ids", "load_session", "parents_first", "digest_messages", "Budget"]
+__all__ = ["SessionWriter", "session_ids", "parents_first", "digest_messages", "Budget"]
 
 LISTING_PAGE = 1000
 # Room for the session's own fields inside the API's per-entry byte limit.
@@ -95,15 +93,6 @@ async def session_ids(db: Any, source: str | None = None) -> list[str]:
         offset += LISTING_PAGE
     rows.reverse()  # oldest activity first: a stable, mostly parents-first start
     return parents_first(rows)
-
-
-async def load_session(db: Any, session_id: str) -> dict[str, Any] | None:
-    """The ``export_session`` shape (session fields + active ``messages``), read page by page; None if gone."""
-    session = await db.get_session(session_id)
-    if session is None:
-        return None
-    session["messages"] = [m async for page in iter_messages(db, session_id) for m in page]
-    return dict(session)
 
 
 def _digest_value(message: dict[str, Any]) -> dict[str, Any]:
@@ -200,26 +189,59 @@ class SessionWriter:
                 await self._top_up(session["id"], session.get("messages") or [])
         return skipped
 
+    async def add_paged(self, session: dict[str, Any], pages: AsyncIterator[list[dict[str, Any]]], label: str = "") -> None:
+        """Write one session whose messages arrive page by page; memory holds one page, not the session.
+
+        The session is imported with the messages of its first page that fit
+        one call; the rest are appended. After an interruption the messages
+        the destination already holds are skipped, never written twice.
+        """
+        await self.flush()
+        session_id = session["id"]
+        first: list[dict[str, Any]] = await anext(pages, [])
+        head_end = self._head_length(session, first)
+        skipped = await self._import([{**session, "messages": first[:head_end]}], [label])
+        have = await self.db.message_count(session_id) if session_id in skipped else head_end
+        position = 0  # stream index of the current page's first message
+        page: list[dict[str, Any]] | None = first
+        while page is not None:
+            start = max(0, have - position)
+            if start < len(page):
+                await self._append(session_id, page[start:])
+            position += len(page)
+            page = await anext(pages, None)
+
+    def _head_length(self, session: dict[str, Any], messages: list[dict[str, Any]]) -> int:
+        """How many of ``messages`` fit into the session's own import entry."""
+        room = min(self.budget.bytes, IMPORT_MAX_SESSION_BYTES - ENTRY_HEADROOM) - _entry_size({**session, "messages": []})
+        count = 0
+        while count < len(messages) and count < self.budget.messages:
+            room -= len(_encode(messages[count])) + 1
+            if room < 0 and count > 0:
+                break
+            count += 1
+        return count
+
     async def _write_large(self, session: dict[str, Any], label: str) -> None:
         messages = list(session.get("messages") or [])
-        head_end = 0
-        room = min(self.budget.bytes, IMPORT_MAX_SESSION_BYTES - ENTRY_HEADROOM) - _entry_size({**session, "messages": []})
-        while head_end < len(messages) and head_end < self.budget.messages:
-            room -= len(_encode(messages[head_end])) + 1
-            if room < 0 and head_end > 0:
-                break
-            head_end += 1
-        skipped = await self._import([{**session, "messages": messages[:head_end]}], [label])
-        await self._top_up(session["id"], messages, known_count=None if session["id"] in skipped else head_end)
+        await self.add_paged({**session, "messages": []}, _one_page(messages), label)
 
-    async def _top_up(self, session_id: str, messages: list[dict[str, Any]], known_count: int | None = None) -> None:
+    async def _top_up(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         """Append the messages the destination is missing (it holds a prefix of them after an interruption)."""
-        have = known_count if known_count is not None else await self.db.message_count(session_id)
-        position = have
+        have = await self.db.message_count(session_id)
+        if have < len(messages):
+            await self._append(session_id, messages[have:])
+
+    async def _append(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        position = 0
         while position < len(messages):
             chunk, position = _chunk(messages, position, self.budget)
             await self.db.append_messages_batch(session_id, chunk)
             self.report.appended_messages += len(chunk)
+
+
+async def _one_page(messages: list[dict[str, Any]]) -> AsyncIterator[list[dict[str, Any]]]:
+    yield messages
 
 
 def _chunk(messages: list[dict[str, Any]], start: int, budget: Budget) -> tuple[list[dict[str, Any]], int]:
