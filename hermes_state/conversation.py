@@ -85,7 +85,7 @@ def _loads_or_none(raw: Any) -> Any:
     # Sidecars are replayed best-effort: a corrupt one must not break resume.
     try:
         return json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .commands.messages import ContentKind, ContentValue, MessageRow
-from .limits import MAX_JSON_DEPTH, int64_arg, json_text
+from .limits import NOT_JSON, int64_arg, json_text, parse_json_text
 
 __all__ = [
     "JSON_CONTENT_PREFIX",
@@ -161,23 +161,6 @@ def join_content(payload: str | bytes | None, kind: ContentKind | None) -> Conte
     return payload
 
 
-_UNPARSABLE = object()
-
-
-def _parse_json_text(value: str, name: str) -> Any:
-    """Parse JSON text a caller passed in place of a value; ``_UNPARSABLE`` if it is not JSON.
-
-    Text nested too deep for the parser is refused (``ValueError``) rather
-    than treated as junk: it is JSON, just not JSON the store keeps.
-    """
-    try:
-        return json.loads(value)
-    except RecursionError:
-        raise ValueError(f"{name}: nesting is limited to {MAX_JSON_DEPTH} levels") from None
-    except ValueError:
-        return _UNPARSABLE
-
-
 def encode_tool_calls(value: Any) -> tuple[str | None, int]:
     """Return ``(column value, count)`` for a message's tool calls.
 
@@ -185,8 +168,8 @@ def encode_tool_calls(value: Any) -> tuple[str | None, int]:
     store NULL. The count is the list length, 1 for any other value, 0 for None.
     """
     if isinstance(value, str):
-        value = _parse_json_text(value, "tool_calls")
-        if value is _UNPARSABLE:
+        value = parse_json_text(value, "tool_calls")
+        if value is NOT_JSON:
             value = []
     if value is None:
         return None, 0
@@ -219,7 +202,7 @@ def encode_display_metadata(value: Any) -> str | None:
     if not value:
         return None
     if isinstance(value, str):
-        value = _parse_json_text(value, "display_metadata")
+        value = parse_json_text(value, "display_metadata")
     if not isinstance(value, dict):
         return None
     return json_text(value, "display_metadata")

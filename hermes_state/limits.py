@@ -11,21 +11,27 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 __all__ = [
     "INT64_MIN",
     "INT64_MAX",
+    "FLOAT_MAX",
     "MAX_JSON_DEPTH",
     "int64_arg",
     "finite_arg",
     "saturating_add",
+    "finite_sum",
     "check_json_value",
     "json_text",
+    "parse_json_text",
+    "NOT_JSON",
 ]
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+FLOAT_MAX = sys.float_info.max
 # Deep enough for any real message or tool call; shallow enough that every
 # recursive JSON encoder and decoder on the way stays far from its own limit.
 MAX_JSON_DEPTH = 100
@@ -67,6 +73,11 @@ def finite_arg(value: Any, name: str) -> float:
 def saturating_add(a: int, b: int) -> int:
     """``a + b`` clamped to the signed 64-bit range (how stored counters behave at their limit)."""
     return max(INT64_MIN, min(INT64_MAX, a + b))
+
+
+def finite_sum(a: float, b: float) -> float:
+    """``a + b`` clamped to the finite doubles (how stored costs behave at their limit)."""
+    return max(-FLOAT_MAX, min(FLOAT_MAX, a + b))
 
 
 class _Refused(Exception):
@@ -149,6 +160,23 @@ def check_json_value(value: Any, name: str) -> None:
         _walk(value, 0, [])  # the careful walk, which also names the path to the problem
     except _Refused as refused:
         raise refused.kind(f"{name}{refused.where}: {refused}") from None
+
+
+NOT_JSON: Any = object()
+
+
+def parse_json_text(text: str, name: str) -> Any:
+    """Parse JSON text a caller passed in place of a value; :data:`NOT_JSON` if it is not JSON.
+
+    Text nested too deep for the parser raises ``ValueError`` rather than
+    counting as junk: it is JSON, just not JSON the store keeps.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{name}: nesting is limited to {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        return NOT_JSON
 
 
 def json_text(value: Any, name: str) -> str:

@@ -33,7 +33,7 @@ from .commands import (
 )
 from .encoding import encode_message_args, encode_message_dicts, hashed_prompt
 from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
-from .limits import int64_arg, json_text
+from .limits import NOT_JSON, check_json_value, int64_arg, json_text, parse_json_text
 from .methods.compression import CompressionMethods
 from .methods.health import HealthMethods
 from .methods.listing import ListingMethods
@@ -154,7 +154,15 @@ class CoreMethods(StoreBase):
         return bool(removed)
 
     async def update_session_meta(self, session_id: str, model_config_json: str | None, model: str | None = None) -> None:
-        """Overwrite ``model_config`` with the given JSON text; keep the model when ``model`` is None. Returns None."""
+        """Overwrite ``model_config`` with the given JSON text; keep the model when ``model`` is None. Returns None.
+
+        The text is stored as given (like the reference, even if it is not
+        JSON); JSON that breaks the limits of :mod:`hermes_state.limits` raises.
+        """
+        if isinstance(model_config_json, str):
+            parsed = parse_json_text(model_config_json, "model_config_json")
+            if parsed is not NOT_JSON:
+                check_json_value(parsed, "model_config_json")
         await self._write(
             UpdateSessionMeta(
                 session_id=require_id(session_id),

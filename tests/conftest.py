@@ -18,6 +18,25 @@ FIXTURES = Path(os.environ.get("HERMES_FIXTURES", Path(__file__).resolve().paren
 BACKENDS = ["sqlite"]
 
 
+# The only skip CI accepts: CJK tests that need SQLite extension loading, on a
+# driver built without it (the interpreter's own sqlite3 here).
+ALLOWED_SKIP_REASONS = ("this SQLite driver cannot load extensions",)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """With ``HERMES_FORBID_SKIPS=1`` (set by .ci/run) any other skip fails the test, naming its reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or hasattr(report, "wasxfail") or os.environ.get("HERMES_FORBID_SKIPS") != "1":
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    if not any(allowed in reason for allowed in ALLOWED_SKIP_REASONS):
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but HERMES_FORBID_SKIPS=1 allows no skip for this reason: {reason}"
+
+
 @pytest.fixture(autouse=True)
 def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "hermes-home"

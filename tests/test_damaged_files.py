@@ -7,6 +7,7 @@ file cut short.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import sqlite3
@@ -121,6 +122,26 @@ async def test_damaged_page_stops_writes_and_repair_salvages_the_rest(db_path: P
         await db.close()
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+async def test_damage_met_inside_a_batch_fails_its_neighbours_too(db_path: Path) -> None:
+    await make_file(db_path)
+    # The newest rows' page: every append lands there.
+    smash_page(db_path, page_of(db_path, marker(ROWS - 1)))
+    db = SessionDB(db_path)
+    try:
+        await db.get_session("t")  # open first, so the appends below queue together
+        changes = db._backend._writer_conn.total_changes  # type: ignore[attr-defined]
+        results = await asyncio.gather(
+            db.append_message("t", "user", "lands on the damaged page"),
+            db.set_session_title("t", "a neighbour that touches only sound pages"),
+            db.create_session("u", "cli"),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, DatabaseMalformedError) for r in results), results
+        assert db._backend._writer_conn.total_changes == changes  # type: ignore[attr-defined]
+    finally:
+        await db.close()
 
 
 async def test_file_cut_in_half_is_refused_and_repair_reports_what_survived(db_path: Path) -> None:

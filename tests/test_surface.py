@@ -248,7 +248,8 @@ def test_surface_table_is_complete() -> None:
 
 
 def _spec_path() -> Path | None:
-    for candidate in (os.environ.get("HERMES_SPEC"), "/work/shared/spec/sqlite.md"):
+    beside_clone = Path(__file__).resolve().parents[2] / "shared" / "spec" / "sqlite.md"  # CI's layout
+    for candidate in (os.environ.get("HERMES_SPEC"), "/work/shared/spec/sqlite.md", str(beside_clone)):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     return None

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,32 @@ async def test_files_written_by_the_reference_read_as_they_meant(db_path: Path) 
     assert same(contents, [[{"type": "text", "text": "hi"}], "7", "\x00json:{broken", b"\x00\x01"])
 
 
+async def test_stored_json_too_deep_to_parse_reads_without_recursion_errors(db_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    async with SessionDB(db_path) as db:
+        await db.create_session("s", "cli", model_config={"a": 1})
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(
+            "INSERT INTO messages (session_id, role, content, tool_calls, reasoning_details, display_metadata, timestamp)"
+            " VALUES ('s', 'assistant', ?, ?, ?, ?, 1.0)",
+            (JSON_CONTENT_PREFIX + deep, deep, deep, deep),
+        )
+        conn.execute("UPDATE sessions SET model_config = ? WHERE id = 's'", (deep,))
+    async with SessionDB(db_path) as db:
+        (row,) = await db.get_messages("s")
+        assert (row["content"], row["tool_calls"], row["display_metadata"]) == (JSON_CONTENT_PREFIX + deep, [], None)
+        (message,) = await db.get_messages_as_conversation("s")
+        assert message["content"] == JSON_CONTENT_PREFIX + deep
+        assert await db.patch_session_model_config("s", {"b": 2})
+        assert json.loads((await db.get_session("s") or {})["model_config"]) == {"b": 2}
+        with pytest.raises(ValueError, match="^model_config_json: nesting is limited to 100 levels"):
+            await db.update_session_meta("s", deep)
+        with pytest.raises(ValueError, match=r"^model_config_json\['t'\]: numbers must be finite"):
+            await db.update_session_meta("s", '{"t": NaN}')
+        await db.update_session_meta("s", "not json")  # stored as given, like the reference
+        assert (await db.get_session("s") or {})["model_config"] == "not json"
+
+
 def test_content_kind_split_is_lossless_for_every_stored_form() -> None:
     from hermes_state.encoding import encode_content
 
@@ -156,6 +183,20 @@ async def test_numeric_and_boolean_content_keeps_its_type(store: SessionDB) -> N
     exported["id"] = "copy"
     assert (await store.import_sessions([exported]))["ok"]
     assert same([r["content"] for r in await store.get_messages("copy")], SCALARS + SCALARS)
+
+
+async def test_compaction_writers_keep_content_types(store: SessionDB) -> None:
+    values: list[Any] = [7, True, 2.5, "\x00json:[1, 2]", {"a": [1, None]}]
+    await store.create_session("s", "cli")
+    await store.append_message("s", "user", "old")
+    assert await store.archive_and_compact("s", [{"role": "user", "content": v} for v in values]) == len(values)
+    assert same([r["content"] for r in await store.get_messages("s")], values)
+    assert await store.try_acquire_compression_lock("s", "me")
+    await store.publish_compression_child(
+        parent_session_id="s", child_session_id="child", source="cli",
+        messages=[{"role": "user", "content": v} for v in values], compression_lock_holder="me",
+    )
+    assert same([r["content"] for r in await store.get_messages("child")], values)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, [1.0, math.nan], {"x": {"y": math.inf}}])
@@ -267,8 +308,8 @@ _REQUIRED: dict[str, Any] = {
 
 def _numeric_parameters() -> list[tuple[str, str, str]]:
     found = []
-    for name, method in inspect.getmembers(SessionDB, inspect.iscoroutinefunction):
-        if name.startswith("_"):
+    for name, method in inspect.getmembers(SessionDB, inspect.isfunction):
+        if name.startswith("_") or not (inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)):
             continue
         for param in inspect.signature(method).parameters.values():
             annotation = str(param.annotation)
@@ -289,7 +330,8 @@ def test_the_sweep_sees_the_numeric_arguments_the_issue_names() -> None:
     names = {(method, arg) for method, arg, _ in NUMERIC_PARAMETERS}
     for expected in [("get_messages", "limit"), ("get_messages", "after_id"), ("search_messages", "offset"),
                      ("list_sessions_rich", "limit"), ("update_token_counts", "input_tokens"),
-                     ("update_token_counts", "estimated_cost_usd"), ("get_messages_around", "window")]:
+                     ("update_token_counts", "estimated_cost_usd"), ("get_messages_around", "window"),
+                     ("iter_export_all", "max_messages")]:
         assert expected in names
     assert len(NUMERIC_PARAMETERS) >= 40
 
@@ -303,6 +345,8 @@ async def _call(db: SessionDB, method: str, arg: str, value: Any) -> Any:
         and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL)
     }
     kwargs[arg] = value
+    if inspect.isasyncgenfunction(getattr(SessionDB, method)):
+        return [item async for item in getattr(db, method)(**kwargs)]
     return await getattr(db, method)(**kwargs)
 
 
@@ -372,6 +416,18 @@ async def test_token_counters_saturate_and_stay_integers(store: SessionDB) -> No
     assert (await store.get_session("t") or {})["input_tokens"] == INT64_MAX - 1
 
 
+async def test_costs_saturate_at_the_largest_double(store: SessionDB) -> None:
+    big = 1.5e308
+    await store.update_token_counts("s", estimated_cost_usd=big, actual_cost_usd=-big)
+    await store.update_token_counts("s", estimated_cost_usd=big, actual_cost_usd=-big)
+    for _ in range(2):
+        await store.queue_token_counts("t", estimated_cost_usd=big)
+    await store.flush_token_counts()
+    session = await store.get_session("s") or {}
+    assert (session["estimated_cost_usd"], session["actual_cost_usd"]) == (sys.float_info.max, -sys.float_info.max)
+    assert (await store.get_session("t") or {})["estimated_cost_usd"] == sys.float_info.max
+
+
 async def test_usage_ledger_saturates_too(db_path: Path) -> None:
     async with SessionDB(db_path) as db:
         for _ in range(2):
@@ -383,3 +439,9 @@ async def test_usage_ledger_saturates_too(db_path: Path) -> None:
             "FROM session_model_usage ORDER BY task"
         ).fetchall()
     assert rows == [("", INT64_MAX, INT64_MAX, 0, "integer", "integer"), ("title", 2, 0, INT64_MAX, "integer", "integer")]
+    async with SessionDB(db_path) as db:
+        for _ in range(2):
+            await db.update_token_counts("s", model="m", input_tokens=1, estimated_cost_usd=1.5e308)
+    with sqlite3.connect(db_path) as conn:
+        (cost,) = conn.execute("SELECT estimated_cost_usd FROM session_model_usage WHERE task = ''").fetchone()
+    assert cost == sys.float_info.max

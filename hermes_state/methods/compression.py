@@ -249,13 +249,13 @@ class CompressionMethods(StoreBase):
         """Raise :class:`~hermes_state.SessionResumeTooLargeError` when a resume would load too much.
 
         ``max_messages`` defaults to config ``sessions.max_resume_messages``
-        (20000); 0 disables the guard and returns 0 without counting.
-        Returns the (bounded) number of active rows otherwise.
+        (20000); 0 disables the guard. Returns the number of active rows a
+        resume loads (bounded by the limit when there is one).
         """
         session_id = require_id(session_id)
         limit = await self._resume_limit(max_messages)
         if limit == 0:
-            return 0
+            return await self._query("resume_message_count", session_id)
         return await self._query("resume_size_check", session_id, limit)
 
     async def get_resume_conversations(self, session_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -398,8 +398,9 @@ class CompressionMethods(StoreBase):
     async def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
         """Hide a user message and everything after it; returns ``{rewound_count, target_message, new_head_id}``.
 
-        ``target_message`` is the decoded row as it was before the rewind,
-        ``new_head_id`` the newest row still active (None when none is).
+        ``target_message`` is the decoded row as it was before the rewind
+        (``display_metadata`` stays the stored JSON text, as in the
+        reference), ``new_head_id`` the newest row still active (None when none is).
         Raises ``ValueError`` when the id is not in the session or is not a
         user message. The counters are not changed; ``rewind_count`` grows by one.
         """

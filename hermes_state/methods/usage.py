@@ -32,7 +32,7 @@ from ..facade import (
     opt_text,
     require_id,
 )
-from ..limits import saturating_add
+from ..limits import finite_sum, saturating_add
 from .listing import finite_number, flag_arg
 
 __all__ = ["UsageMethods", "coalesce_token_deltas"]
@@ -76,14 +76,14 @@ def _mergeable(a: UpdateTokenCounts, b: UpdateTokenCounts) -> bool:
 def _add_costs(x: float | None, y: float | None) -> float | None:
     if x is None:
         return y
-    return x if y is None else x + y
+    return x if y is None else finite_sum(x, y)
 
 
 def coalesce_token_deltas(deltas: list[UpdateTokenCounts]) -> list[UpdateTokenCounts]:
     """Merge runs of adjacent incremental deltas with the same session and labels; keep the order.
 
     Counts add up (saturating at the 64-bit limits, like the stored
-    counters), costs add up ignoring None (None + None stays None), and
+    counters), costs add up (saturating at the largest double) ignoring None (None + None stays None), and
     the merged delta carries the latest timestamp. Absolute deltas are
     barriers and pass through unchanged.
     """

@@ -1,11 +1,16 @@
 """Apply one batch of commands as one SQLite transaction, on the writer thread.
 
-Each command runs inside its own SAVEPOINT: a command that raises is rolled
-back alone and its caller gets the exception; the rest of the batch commits.
-Some failures end the whole transaction (a full disk, an I/O error, SQLite
-rolling back on its own); the command that hit one fails with it and the
-others are applied again in a fresh transaction, so one bad command never
-takes its neighbours down.
+The batch is first applied optimistically: no savepoints, runs of appends
+through their bulk handler. Savepoints are not free on this schema (FTS5
+flushes its pending terms at each one), and almost every batch succeeds.
+
+Only when a command raises is that attempt rolled back and the batch applied
+again with per-command isolation: each command inside its own SAVEPOINT, so
+the one that raises is rolled back alone and its caller gets the exception
+while the rest of the batch commits. Some failures end the whole transaction
+(a full disk, an I/O error, SQLite rolling back on its own); the command that
+hit one fails with it and the others are applied again in a fresh
+transaction, so one bad command never takes its neighbours down.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 from typing import Any, Sequence
 
 from ..commands.base import Command
+from .damage import is_malformed_error
 from .driver import to_stdlib_error
 from .handlers import BULK_HANDLERS, handler_for
 from .search.recovery import apply_with_fts_recovery
@@ -61,23 +67,52 @@ def _rollback(conn: Any) -> None:
             log.debug("rollback failed", exc_info=True)
 
 
-def _run_once(
-    conn: Any, commands: Sequence[Command], positions: list[int], outcomes: list[Outcome | None], bulk: bool = True
+class _OptimisticAttemptFailed(Exception):
+    """A handler raised during the optimistic attempt, which was rolled back.
+
+    ``position`` is the failing command, or None when a bulk handler raised.
+    """
+
+    def __init__(self, position: int | None, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+
+
+def _run_optimistic(
+    conn: Any, commands: Sequence[Command], positions: list[int], outcomes: list[Outcome | None]
 ) -> None:
+    """Apply ``positions`` in one transaction without savepoints; any raise rolls all of it back."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if len(positions) == 1:
-            # Alone in its transaction: the transaction is the savepoint.
-            pos = positions[0]
-            command = commands[pos]
+        for run in _runs(commands, positions):
+            if len(run) > 1:
+                try:
+                    results = BULK_HANDLERS[type(commands[run[0]])](conn, [commands[p] for p in run])
+                except Exception as exc:
+                    raise _OptimisticAttemptFailed(None, exc) from exc
+                for pos, (ok, value) in zip(run, results):
+                    outcomes[pos] = (ok, value if ok else to_stdlib_error(value))
+                continue
+            pos = run[0]
             try:
-                outcomes[pos] = (True, handler_for(command)(conn, command))
+                outcomes[pos] = (True, handler_for(commands[pos])(conn, commands[pos]))
             except Exception as exc:
-                _rollback(conn)
-                outcomes[pos] = (False, to_stdlib_error(exc))
-                return
-            conn.execute("COMMIT")
-            return
+                raise _OptimisticAttemptFailed(pos, exc) from exc
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        for pos in positions:
+            outcomes[pos] = None
+        raise
+
+
+def _run_isolated(
+    conn: Any, commands: Sequence[Command], positions: list[int], outcomes: list[Outcome | None], bulk: bool = True
+) -> None:
+    """Apply ``positions`` in one transaction, each command (or bulk run) inside its own savepoint."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
         for run in _runs(commands, positions):
             if bulk and len(run) > 1 and _try_bulk(conn, commands, run, outcomes):
                 continue
@@ -177,14 +212,31 @@ def _apply_standalone(conn: Any, command: Command) -> Outcome:
 def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(commands)
     positions = list(range(len(commands)))
+    try:
+        _run_optimistic(conn, commands, positions, outcomes)
+        positions = []
+    except _OptimisticAttemptFailed as failed:
+        if failed.position is not None and len(positions) == 1:
+            # Alone in its transaction: the optimistic attempt was its isolated run.
+            outcomes[failed.position] = (False, to_stdlib_error(failed.error))
+            positions = []
+        else:
+            log.debug("optimistic batch of %d failed (%s); re-running with savepoints", len(positions), failed)
     bulk = True
     while positions:
         try:
-            _run_once(conn, commands, positions, outcomes, bulk)
+            _run_isolated(conn, commands, positions, outcomes, bulk)
             break
         except _BulkEndedTransaction:
             bulk = False
         except _CommandEndedTransaction as failed:
-            outcomes[failed.position] = (False, to_stdlib_error(failed.error))
+            error = to_stdlib_error(failed.error)
+            outcomes[failed.position] = (False, error)
             positions = [p for p in positions if p != failed.position]
+            if is_malformed_error(error):
+                # Damaged pages: nothing more goes into the file until the damage
+                # is placed (an FTS index is recovered and the batch re-applied).
+                for pos in positions:
+                    outcomes[pos] = (False, error)
+                break
     return [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]

@@ -64,7 +64,7 @@ def release_compression_lock(conn: Any, cmd: ReleaseCompressionLock) -> None:
 def _patched_config(stored: str | None, patch_json: str) -> str:
     try:
         config = json.loads(stored) if stored else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a stored config nested too deep to parse
         config = {}
     if not isinstance(config, dict):
         config = {}
@@ -231,7 +231,10 @@ def rewind_to_message(conn: Any, cmd: RewindToMessage) -> dict[str, Any]:
     )
     if not found:
         raise ValueError(f"message {cmd.target_message_id} not found in session {cmd.session_id}")
+    # The reference hands display_metadata back as the JSON text the column holds.
+    stored_metadata = found[0].get("display_metadata")
     target = decode_message_row(found[0])
+    target["display_metadata"] = stored_metadata
     if target["role"] != "user":
         raise ValueError(
             f"rewind target must be a 'user' message (got role={target['role']!r}, id={cmd.target_message_id})"

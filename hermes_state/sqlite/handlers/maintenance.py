@@ -202,13 +202,17 @@ def _insert_session(conn: Any, item: ImportedSession) -> None:
     )
 
 
-def _creates_cycle(conn: Any, child: str, parent: str) -> bool:
+def _creates_cycle(conn: Any, child: str, parent: str, declared: dict[str, str | None]) -> bool:
+    """Whether linking ``child`` to ``parent`` closes a loop, following the payload's own links first."""
     seen = {child}
     current: str | None = parent
     while current is not None:
         if current in seen:
             return True
         seen.add(current)
+        if current in declared:
+            current = declared[current]
+            continue
         row = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (current,)).fetchone()
         current = None if row is None else row[0]
     return False
@@ -223,15 +227,19 @@ def import_sessions(conn: Any, cmd: ImportSessions) -> dict[str, Any]:
         return {"ok": False, "imported": 0, "skipped": 0, "detached": 0, "errors": errors}
     for item in fresh:
         _insert_session(conn, item)
+    # Links are judged in payload order against the links the payload declares
+    # (as the reference does): in a loop the first session met is detached.
+    declared = {item.session_id: item.parent_session_id or None for item in fresh}
     detached = 0
     for item in fresh:
-        parent = item.parent_session_id
+        parent = declared[item.session_id]
         if not parent:
             continue
         known = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (parent,)).fetchone() is not None
-        if known and not _creates_cycle(conn, item.session_id, parent):
+        if known and not _creates_cycle(conn, item.session_id, parent, declared):
             conn.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?", (parent, item.session_id))
         else:
+            declared[item.session_id] = None
             detached += 1
     skipped = [item.session_id for item in cmd.sessions if item.session_id in existing]
     return {

@@ -3,42 +3,27 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import Any, Sequence
 
 from ...commands.messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
 from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
 from ..queries.core import fetch_dicts
 from .common import append_verdicts
+from .message_rows import insert_message_rows
 from .registry import handles, handles_bulk
 
-INSERT_MESSAGE_SQL = """
-INSERT INTO messages (
-    session_id, role, content, tool_call_id, tool_calls, tool_name, effect_disposition,
-    timestamp, token_count, finish_reason, reasoning, reasoning_content, reasoning_details,
-    codex_reasoning_items, codex_message_items, platform_message_id, observed, api_content,
-    display_kind, display_metadata
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
+_COUNT_SQL = (
+    "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
+    "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?"
+)
 
 
-def row_params(session_id: str, row: MessageRow) -> tuple[Any, ...]:
-    """Insert parameters for one encoded row (the struct's field order is the column order)."""
-    return (
-        session_id, row.role, row.content, row.tool_call_id, row.tool_calls, row.tool_name,
-        row.effect_disposition, row.timestamp, row.token_count, row.finish_reason, row.reasoning,
-        row.reasoning_content, row.reasoning_details, row.codex_reasoning_items,
-        row.codex_message_items, row.platform_message_id, row.observed, row.api_content,
-        row.display_kind, row.display_metadata,
-    )
-
-
-def insert_rows(conn: Any, session_id: str, rows: Iterable[MessageRow]) -> tuple[int, int]:
+def insert_rows(conn: Any, session_id: str, rows: Sequence[MessageRow]) -> tuple[int, int]:
     """Insert encoded rows in order; returns (rows inserted, tool calls among them)."""
-    rows = tuple(rows)
     if not rows:
         return 0, 0
-    conn.executemany(INSERT_MESSAGE_SQL, [row_params(session_id, r) for r in rows])
+    insert_message_rows(conn, ((session_id, row) for row in rows), len(rows))
     return len(rows), sum(r.tool_call_count for r in rows)
 
 
@@ -48,33 +33,21 @@ def append_messages(conn: Any, cmd: AppendMessages) -> int:
     refusal = next(iter(verdict.values()))
     if refusal is not None:
         raise refusal
-    if cmd.want_id and len(cmd.rows) == 1:
-        row = cmd.rows[0]
-        cur = conn.execute(INSERT_MESSAGE_SQL, row_params(cmd.session_id, row))
-        result = int(cur.lastrowid)
-        added, calls = 1, row.tool_call_count
-    else:
-        added, calls = insert_rows(conn, cmd.session_id, cmd.rows)
-        result = added
-    conn.execute(
-        "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
-        "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?",
-        (added, calls, cmd.session_id),
-    )
-    return result
+    ids = insert_message_rows(conn, ((cmd.session_id, row) for row in cmd.rows), len(cmd.rows), returning=cmd.want_id)
+    calls = sum(row.tool_call_count for row in cmd.rows)
+    conn.execute(_COUNT_SQL, (len(cmd.rows), calls, cmd.session_id))
+    return ids[-1] if cmd.want_id and ids else len(cmd.rows)
 
 
 @handles_bulk(AppendMessages)
 def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tuple[bool, Any]]:
-    """Many agents' appends in one batch: one guard check per session, one executemany.
+    """Many agents' appends in one batch: one guard check per session, one multi-row INSERT.
 
-    Row ids come from AUTOINCREMENT inside this exclusive transaction, so the
-    rows of one executemany get consecutive ids in list order; each command's
-    ids are read off that range.
+    The ids come back in list order (see ``insert_message_rows``); each
+    command that asked for one gets the id of its own last row.
     """
     verdicts = append_verdicts(conn, [(c.session_id, c.compression_lock_holder) for c in commands], time.time())
     outcomes: list[tuple[bool, Any] | None] = [None] * len(commands)
-    params: list[tuple[Any, ...]] = []
     accepted: list[int] = []
     counts: dict[str, list[int]] = {}
     for index, cmd in enumerate(commands):
@@ -83,22 +56,19 @@ def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tupl
             outcomes[index] = (False, verdict)
             continue
         accepted.append(index)
-        params.extend(row_params(cmd.session_id, row) for row in cmd.rows)
         tally = counts.setdefault(cmd.session_id, [0, 0])
         tally[0] += len(cmd.rows)
         tally[1] += sum(row.tool_call_count for row in cmd.rows)
-    if params:
-        conn.executemany(INSERT_MESSAGE_SQL, params)
-        next_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0]) - len(params) + 1
+    total = sum(len(commands[i].rows) for i in accepted)
+    if total:
+        pairs = ((commands[i].session_id, row) for i in accepted for row in commands[i].rows)
+        ids = insert_message_rows(conn, pairs, total, returning=any(commands[i].want_id for i in accepted))
+        end = 0
         for index in accepted:
             cmd = commands[index]
-            outcomes[index] = (True, next_id + len(cmd.rows) - 1 if cmd.want_id else len(cmd.rows))
-            next_id += len(cmd.rows)
-        conn.executemany(
-            "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
-            "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?",
-            [(added, calls, session_id) for session_id, (added, calls) in counts.items()],
-        )
+            end += len(cmd.rows)
+            outcomes[index] = (True, ids[end - 1] if cmd.want_id and cmd.rows else len(cmd.rows))
+        conn.executemany(_COUNT_SQL, [(added, calls, session_id) for session_id, (added, calls) in counts.items()])
     return [o for o in outcomes if o is not None]
 
 

@@ -45,7 +45,7 @@ def _merged_model_config(stored: str | None, given: str | None) -> str | None:
     try:
         old = json.loads(stored)
         new = json.loads(given)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a stored config nested too deep to parse
         return stored
     if isinstance(old, dict) and list(old) == ["_reset_from"] and isinstance(new, dict):
         new["_reset_from"] = old["_reset_from"]

@@ -6,17 +6,25 @@ import logging
 from typing import Any
 
 from ...commands.usage import ApplyTokenDeltas, RecordAuxiliaryUsage, UpdateTokenCounts
+from ...limits import FLOAT_MAX
 from .registry import handles
 
 log = logging.getLogger("hermes_state.usage")
 
 _TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
+
+def _finite(total: str) -> str:
+    """SQL clamping a cost sum to the finite doubles (a float overflow would store inf)."""
+    return f"MAX(MIN({total}, {FLOAT_MAX!r}), {-FLOAT_MAX!r})"
+
+
 # Token counters saturate at 2**63 - 1 instead of turning into floats: in
 # SQLite an integer overflow in ``+`` yields a REAL, and CAST clamps a REAL to
 # the signed 64-bit range. Deltas are 64-bit ints (checked at the call site),
 # so a sum that fits stays an exact integer and one that does not is clamped.
-_LEDGER_UPSERT_SQL = """
+# Costs saturate at the largest finite double the same way (``_finite``).
+_LEDGER_UPSERT_SQL = f"""
 INSERT INTO session_model_usage (
     session_id, model, billing_provider, billing_base_url, billing_mode, task,
     api_call_count, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
@@ -30,8 +38,8 @@ ON CONFLICT(session_id, model, billing_provider, billing_base_url, billing_mode,
     cache_read_tokens = CAST(cache_read_tokens + excluded.cache_read_tokens AS INTEGER),
     cache_write_tokens = CAST(cache_write_tokens + excluded.cache_write_tokens AS INTEGER),
     reasoning_tokens = CAST(reasoning_tokens + excluded.reasoning_tokens AS INTEGER),
-    estimated_cost_usd = estimated_cost_usd + excluded.estimated_cost_usd,
-    actual_cost_usd = actual_cost_usd + excluded.actual_cost_usd,
+    estimated_cost_usd = {_finite('estimated_cost_usd + excluded.estimated_cost_usd')},
+    actual_cost_usd = {_finite('actual_cost_usd + excluded.actual_cost_usd')},
     cost_status = COALESCE(excluded.cost_status, cost_status),
     cost_source = COALESCE(excluded.cost_source, cost_source),
     last_seen = excluded.last_seen
@@ -79,8 +87,9 @@ def update_token_counts(conn: Any, cmd: UpdateTokenCounts) -> None:
         counters = ", ".join(f"{f} = CAST(COALESCE({f}, 0) + ? AS INTEGER)" for f in _TOKEN_FIELDS)
         conn.execute(
             f"UPDATE sessions SET {counters}, "
-            "estimated_cost_usd = COALESCE(estimated_cost_usd, 0) + COALESCE(?, 0), "
-            "actual_cost_usd = CASE WHEN ? IS NULL THEN actual_cost_usd ELSE COALESCE(actual_cost_usd, 0) + ? END, "
+            f"estimated_cost_usd = {_finite('COALESCE(estimated_cost_usd, 0) + COALESCE(?, 0)')}, "
+            "actual_cost_usd = CASE WHEN ? IS NULL THEN actual_cost_usd "
+            f"ELSE {_finite('COALESCE(actual_cost_usd, 0) + ?')} END, "
             "api_call_count = CAST(COALESCE(api_call_count, 0) + ? AS INTEGER) WHERE id = ?",
             (*tokens, cmd.estimated_cost_usd, cmd.actual_cost_usd, cmd.actual_cost_usd, cmd.api_call_count, cmd.session_id),
         )

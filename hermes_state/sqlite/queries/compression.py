@@ -131,8 +131,13 @@ def compression_tip_id(conn: Any, session_id: str) -> str:
         return compression_tip(conn, session_id)
 
 
+# A parent ended by a session switch whose child keeps its session_key was
+# reset into that child (a new conversation on the same chat), not continued.
 _PLAIN_CHILD_SQL = f"""
-SELECT c.id FROM sessions AS c WHERE c.parent_session_id = ? AND {continuation_sql('c')}
+SELECT c.id FROM sessions AS c JOIN sessions AS p ON p.id = c.parent_session_id
+WHERE c.parent_session_id = ? AND {continuation_sql('c')}
+  AND NOT (COALESCE(p.end_reason, '') = 'session_switch' AND c.session_key IS NOT NULL
+           AND c.session_key = p.session_key)
 ORDER BY c.started_at DESC, c.id DESC LIMIT 1
 """
 

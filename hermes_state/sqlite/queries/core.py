@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ...encoding import decode_message_row
+from ...encoding import (
+    JSON_CONTENT_PREFIX,
+    decode_content,
+    decode_display_metadata,
+    decode_message_row,
+    decode_tool_calls,
+)
 from .registry import query
 
 __all__ = [
     "fetch_dicts",
+    "fetch_messages",
     "get_session",
     "get_messages",
     "conversation_rows",
@@ -27,6 +34,33 @@ def fetch_dicts(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[st
     cur = conn.execute(sql, params)
     names = [d[0] for d in cur.description]
     return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def fetch_messages(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """Run a ``SELECT *`` over ``messages`` and return decoded row dicts (as ``decode_message_row`` makes them).
+
+    The decoders run only on the cells that need them, looked up by column
+    position: for a long transcript of plain text this is most of the cost
+    of a read after the fetch itself.
+    """
+    cur = conn.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    if not {"content", "tool_calls", "display_metadata"} <= set(names):
+        return [decode_message_row(dict(zip(names, row))) for row in rows]
+    content, calls, metadata = names.index("content"), names.index("tool_calls"), names.index("display_metadata")
+    out = []
+    for row in rows:
+        decoded = dict(zip(names, row))
+        value = row[content]
+        if value.__class__ is str and value.startswith(JSON_CONTENT_PREFIX):
+            decoded["content"] = decode_content(value)
+        if row[calls] is not None:
+            decoded["tool_calls"] = decode_tool_calls(row[calls])
+        if row[metadata] is not None:
+            decoded["display_metadata"] = decode_display_metadata(row[metadata])
+        out.append(decoded)
+    return out
 
 
 class snapshot:
@@ -87,10 +121,10 @@ def get_messages(
     if limit is not None or offset:
         sql += " LIMIT ? OFFSET ?"
         params.extend([-1 if limit is None else limit, offset])
-    rows = fetch_dicts(conn, sql, params)
+    rows = fetch_messages(conn, sql, params)
     if latest:
         rows.reverse()
-    return [decode_message_row(r) for r in rows]
+    return rows
 
 
 def session_chain(conn: Any, session_id: str, max_hops: int = 100) -> list[str]:
