@@ -506,3 +506,21 @@ def test_progress_bar_only_on_a_terminal(built: Path, tmp_path: Path) -> None:
     assert b"export:" in seen and b"/5 [" in seen  # tqdm drew the bar on the terminal
     piped = run_cli(tmp_path, "--db", str(built), "export", "-o", str(tmp_path / "pipe.jsonl"))
     assert piped.returncode == 0 and piped.stderr == ""  # no bar when stderr is not a terminal
+
+
+async def test_a_damaged_file_names_the_repair_and_doctor_repairs_it(tmp_path: Path) -> None:
+    from .test_damaged_files import ROWS, make_file, marker, page_of, smash_page
+
+    path = tmp_path / "damaged.db"
+    await make_file(path)
+    smash_page(path, page_of(path, marker(200)))
+    read = run_cli(tmp_path, "--db", str(path), "sessions", "show", "s")
+    assert read.returncode == 1 and "doctor --repair" in one_error_line(read)
+    sick = run_cli(tmp_path, "--db", str(path), "doctor", "--json")
+    assert sick.returncode == 1 and json.loads(sick.stdout)["ok"] is False
+    repaired = run_cli(tmp_path, "--db", str(path), "doctor", "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "salvage" in repaired.stdout and "repair: backup at" in repaired.stdout
+    assert run_json(tmp_path, "--db", str(path), "doctor")["ok"] is True
+    left = run_json(tmp_path, "--db", str(path), "info")["messages"]
+    assert ROWS - 40 < left <= ROWS  # one page of rows lost, not the table
