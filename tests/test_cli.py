@@ -255,6 +255,10 @@ def test_export_selected_to_stdout_and_import_from_stdin(built: Path, tmp_path: 
     done = run_cli(tmp_path, "--db", str(built), "export", "chat-2", "deploy-1")
     assert done.returncode == 0
     assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == ["chat-2", "deploy-1"]
+    both = run_cli(tmp_path, "--db", str(built), "export", "chat-2", "--source", "cli")
+    assert both.returncode == 2 and "not both" in one_error_line(both)
+    by_source = run_cli(tmp_path, "--db", str(built), "export", "--source", "telegram")
+    assert [json.loads(line)["id"] for line in by_source.stdout.splitlines()] == ["chat-2"]
     missing = run_cli(tmp_path, "--db", str(built), "export", "chat-2", "ghost")
     assert missing.returncode == 3 and "ghost" in missing.stderr
     target = tmp_path / "piped.db"

@@ -12,7 +12,7 @@ from typing import IO, Any, Callable
 
 import msgspec
 
-from .errors import FAILURE, NOT_FOUND, OK, CliError
+from .errors import FAILURE, NOT_FOUND, OK, USAGE, CliError
 from .output import print_json, progress
 from .argtypes import non_negative
 from .sessions import iter_messages
@@ -75,6 +75,8 @@ async def _export(db: Any, args: argparse.Namespace, out: IO[bytes]) -> dict[str
 
 
 async def run_export(args: argparse.Namespace) -> int:
+    if args.session_ids and args.source is not None:
+        raise CliError("give session ids or --source, not both", USAGE)
     async with open_store(args.target, read_only=True) as db:
         if args.output == "-":
             report = await _export(db, args, sys.stdout.buffer)
