@@ -89,7 +89,11 @@ class WriterActor:
         if not self.running or self._queue is None:
             raise WriterStoppedError("the SessionDB writer is not running")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Item(command, future, size))
+        item = _Item(command, future, size)
+        try:
+            self._queue.put_nowait(item)  # the common case: no coroutine for a queue with room
+        except asyncio.QueueFull:
+            await self._queue.put(item)
         return await future
 
     async def stop(self) -> None:

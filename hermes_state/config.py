@@ -24,6 +24,7 @@ __all__ = [
     "SessionsConfig",
     "StoreConfig",
     "load_config",
+    "load_raw_config",
 ]
 
 
@@ -80,17 +81,17 @@ def _normalise(raw: Any) -> Any:
     return raw
 
 
-def load_config(home: Path | None = None) -> StoreConfig:
-    """Read and validate ``<home>/config.yaml``; a missing file gives defaults.
+def load_raw_config(home: Path | None = None) -> dict[str, Any]:
+    """Read ``<home>/config.yaml`` as a mapping (``{}`` when missing or empty).
 
-    Raises :class:`ConfigError` with the offending key path when a value has
-    the wrong type or is not one of the allowed choices.
+    Raises :class:`ConfigError` when the file cannot be read, is not YAML, or
+    does not hold a mapping at the top level.
     """
     path = (home or hermes_home()) / "config.yaml"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return StoreConfig()
+        return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     try:
@@ -98,11 +99,24 @@ def load_config(home: Path | None = None) -> StoreConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
     if raw is None:
-        return StoreConfig()
+        return {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping at the top level")
+    return raw
+
+
+def load_config(home: Path | None = None) -> StoreConfig:
+    """Read and validate ``<home>/config.yaml``; a missing file gives defaults.
+
+    Raises :class:`ConfigError` with the offending key path when a value has
+    the wrong type or is not one of the allowed choices.
+    """
+    raw = load_raw_config(home)
+    if not raw:
+        return StoreConfig()
     try:
         return msgspec.convert(_normalise(raw), StoreConfig, strict=False)
     except msgspec.ValidationError as exc:
         # msgspec names the path, e.g. "Expected `int`, got `str` - at `$.database.cache_size`".
+        path = (home or hermes_home()) / "config.yaml"
         raise ConfigError(f"{path}: {exc}") from exc

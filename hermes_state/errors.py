@@ -2,7 +2,9 @@
 
 Driver errors always reach callers as the standard library's ``sqlite3``
 exception classes (even when the bundled ``pysqlite3`` driver is in use), so
-``except sqlite3.IntegrityError`` keeps working in host code.
+``except sqlite3.IntegrityError`` keeps working in host code. The reference
+raised those classes, so the PostgreSQL backend raises them too for the same
+failures; the facade and ``methods/*`` import them from here, never a driver.
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ import sqlite3
 from typing import Literal
 
 __all__ = [
+    "DatabaseError",
+    "OperationalError",
+    "IntegrityError",
+    "locked_error",
+    "DatabaseUnavailableError",
     "StoreClosedError",
     "SessionNotFoundError",
     "CompressionSessionClosedError",
@@ -30,6 +37,26 @@ __all__ = [
 PERSISTENCE_ERROR_CAUSES = ("locked", "disk", "unknown")
 
 CLOSED_MESSAGE = "SessionDB is closed"
+
+# The database error classes of every backend (see the module docstring).
+DatabaseError = sqlite3.Error
+OperationalError = sqlite3.OperationalError
+IntegrityError = sqlite3.IntegrityError
+
+
+def locked_error(patience: float, cause: BaseException) -> OperationalError:
+    """The error a write gets after waiting ``patience`` seconds on another process's lock."""
+    err = OperationalError(
+        f"database is locked (another Hermes process held the state.db write lock for over {patience:g}s — "
+        "likely a long maintenance operation such as VACUUM, a large WAL checkpoint, or an older "
+        "pre-update process; the database itself is healthy)"
+    )
+    err.__cause__ = cause
+    return err
+
+
+class DatabaseUnavailableError(ConnectionError):
+    """The database server cannot be reached; the message names host and port, never a password."""
 
 
 class StoreClosedError(RuntimeError):

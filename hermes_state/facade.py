@@ -11,7 +11,6 @@ import asyncio
 import logging
 import os
 import random
-import sqlite3
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, TypeVar
 
@@ -19,7 +18,7 @@ from .actor import WriterActor, WriterStoppedError
 from .backend import Backend
 from .commands.base import Command
 from .config import default_db_path
-from .errors import SessionCompressionInProgressError, StoreClosedError
+from .errors import SessionCompressionInProgressError, StoreClosedError, locked_error
 from .limits import finite_arg, int64_arg
 
 __all__ = ["StoreBase", "require_id", "opt_text", "count_arg", "opt_number", "rows_size"]
@@ -33,6 +32,15 @@ TRANSCRIPT_PATIENCE = 60.0
 ACTIVITY_PATIENCE = 0.5
 # How long an append waits for another writer's compression lease.
 COMPRESSION_GUARD_PATIENCE = 5.0
+
+
+# DSN prefixes the SQLite store refuses, pointing at the PostgreSQL entry point instead.
+POSTGRES_SCHEMES = ("postgresql://", "postgresql+", "postgres://")
+
+
+def captured_home() -> Path | None:
+    """The ``HERMES_HOME`` in effect now; a store reads that profile's config.yaml at first use."""
+    return Path(os.environ["HERMES_HOME"]).expanduser() if os.environ.get("HERMES_HOME") else None
 
 
 def require_id(value: Any, name: str = "session_id") -> str:
@@ -72,15 +80,6 @@ def rows_size(rows: Iterable[Any]) -> int:
     return total
 
 
-def _locked_error(patience: float, cause: BaseException) -> sqlite3.OperationalError:
-    err = sqlite3.OperationalError(
-        f"database is locked (another Hermes process held the state.db write lock for over {patience:g}s — "
-        "likely a long maintenance operation such as VACUUM, a large WAL checkpoint, or an older "
-        "pre-update process; the database itself is healthy)"
-    )
-    err.__cause__ = cause
-    return err
-
 
 class StoreBase:
     """Lifecycle and plumbing shared by every method group of ``SessionDB``."""
@@ -94,8 +93,8 @@ class StoreBase:
     SNAPSHOT_READS: ClassVar[bool] = False
 
     def __init__(self, db_path: os.PathLike[str] | str | None = None, read_only: bool = False) -> None:
-        self.db_path: Path = Path(db_path).expanduser() if db_path is not None else default_db_path()
         self.read_only: bool = bool(read_only)
+        self._accept_target(db_path)
         self._backend: Backend = self._make_backend()
         self._actor = WriterActor(self._backend.apply_batch)
         self._open_lock: asyncio.Lock | None = None
@@ -104,15 +103,30 @@ class StoreBase:
         self._closed = False
         self._close_task: asyncio.Task[None] | None = None
 
+    # The two hooks a backend's ``SessionDB`` subclass overrides (the default is SQLite).
+
+    def _accept_target(self, db_path: os.PathLike[str] | str | None) -> None:
+        """Validate the constructor's ``db_path`` (no I/O) and record it."""
+        if isinstance(db_path, str) and db_path.startswith(POSTGRES_SCHEMES):
+            raise ValueError(
+                "this SessionDB stores to SQLite files; for a PostgreSQL DSN use "
+                "`from hermes_state_postgres import SessionDB` (or hermes_state.postgres.SessionDB) "
+                "with a postgresql+asyncpg:// URL"
+            )
+        self.db_path: Path = Path(db_path).expanduser() if db_path is not None else default_db_path()
+
     def _make_backend(self) -> Backend:
         from .sqlite.backend import SQLiteBackend
 
-        home = Path(os.environ["HERMES_HOME"]).expanduser() if os.environ.get("HERMES_HOME") else None
-        return SQLiteBackend(self.db_path, read_only=self.read_only, home=home, snapshot=self.SNAPSHOT_READS)
+        return SQLiteBackend(self.db_path, read_only=self.read_only, home=captured_home(), snapshot=self.SNAPSHOT_READS)
+
+    def _target_label(self) -> str:
+        """What ``repr`` shows for the database (never a password)."""
+        return str(self.db_path)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._opened else "unopened")
-        return f"<{type(self).__name__} {str(self.db_path)!r} {state}{' read-only' if self.read_only else ''}>"
+        return f"<{type(self).__name__} {self._target_label()!r} {state}{' read-only' if self.read_only else ''}>"
 
     async def __aenter__(self: _S) -> _S:
         await self._ensure_open()
@@ -235,7 +249,7 @@ class StoreBase:
                 if not self._backend.is_busy_error(exc):
                     raise
                 if loop.time() - started >= patience:
-                    raise _locked_error(patience, exc) from exc
+                    raise locked_error(patience, exc) from exc
             if self._closed and not during_close:
                 raise StoreClosedError()
             elapsed = loop.time() - started

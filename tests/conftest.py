@@ -1,11 +1,20 @@
-"""Shared fixtures: every test gets its own HERMES_HOME and real database files."""
+"""Shared fixtures: every test gets its own HERMES_HOME and real databases.
+
+The ``store`` fixture runs a test once per backend: SQLite on a fresh file,
+PostgreSQL in a fresh schema on the server from ``HERMES_TEST_POSTGRES_DSN``
+(see ``postgres_support``). A module or test limits its backends with
+``pytestmark = pytest.mark.backends("sqlite")`` (or a decorator), e.g.
+while its methods are not implemented on PostgreSQL yet; the default is
+every backend in ``BACKENDS``.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -14,8 +23,19 @@ from hermes_state import SessionDB
 # Copies of shared/fixtures live in the repo so a fresh clone passes on its own.
 FIXTURES = Path(os.environ.get("HERMES_FIXTURES", Path(__file__).resolve().parent / "fixtures"))
 
-# Backends the core tests run on. PostgreSQL joins this list when its backend lands.
-BACKENDS = ["sqlite"]
+# Backends the `store` fixture runs on unless a module or test says otherwise.
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("backends")
+    names = tuple(marker.args) if marker is not None else BACKENDS
+    unknown = set(names) - set(BACKENDS)
+    if unknown:
+        raise pytest.UsageError(f"unknown backend(s) {sorted(unknown)} in @pytest.mark.backends")
+    metafunc.parametrize("store", names, indirect=True)
 
 
 # The only skip CI accepts: CJK tests that need SQLite extension loading, on a
@@ -50,9 +70,40 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "data" / "state.db"
 
 
-@pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[SessionDB]:
+@pytest.fixture
+async def pg_dsn() -> AsyncIterator[str]:
+    """A ``postgresql+asyncpg://`` URL pinned to a fresh schema of its own, dropped after the test."""
+    from .postgres_support import server_dsn, store_dsn, temporary_schema
+
+    admin = server_dsn()
+    async for schema in temporary_schema(admin):
+        yield store_dsn(admin, schema)
+
+
+@pytest.fixture
+def pg_admin_dsn() -> str:
+    """The server's ``postgresql://`` URL for raw asyncpg inspection (skips/fails like ``pg_dsn``)."""
+    from .postgres_support import server_dsn
+
+    return server_dsn()
+
+
+@pytest.fixture
+async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[Any]:
     """A fresh writable store on the parametrised backend, closed after the test."""
+    if request.param == "postgres":
+        from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+        from .postgres_support import server_dsn, store_dsn, temporary_schema
+
+        admin = server_dsn()
+        async for schema in temporary_schema(admin):
+            db: Any = PostgresSessionDB(store_dsn(admin, schema))
+            try:
+                yield db
+            finally:
+                await db.close()
+        return
     db = SessionDB(db_path)
     try:
         yield db

@@ -14,6 +14,9 @@ from hermes_state import SessionDB
 
 from .test_agent_support import needs, rows
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 LONG = "background detail " * 120  # ~2,000 characters: over the threshold below
 THRESHOLD = 300  # estimated tokens
 

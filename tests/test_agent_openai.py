@@ -16,6 +16,9 @@ from hermes_agent.loopback import LoopbackChatServer
 from hermes_agent.providers import usage_from_openai
 from hermes_state import SessionDB
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 pytest.importorskip("openai")
 
 

@@ -20,6 +20,9 @@ from hermes_state import (
 )
 from hermes_state.sqlite.driver import driver_module
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 def raw_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     # The store's own SQLite library, so file locks of both connections see each other.

@@ -24,6 +24,9 @@ from hermes_state import (
 )
 from hermes_state.sqlite.driver import driver_module
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 REPO = Path(__file__).resolve().parent.parent
 
 # A child process: open the store, report, wait for the go file, then try for the lease.

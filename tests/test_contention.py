@@ -14,6 +14,9 @@ from hermes_state import SessionDB
 from hermes_state.commands import SetMeta
 from hermes_state.sqlite.driver import driver_module
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 def _hold_write_lock(path: Path, seconds: float, started: threading.Event) -> None:
     conn = driver_module().connect(str(path), isolation_level=None, timeout=10)

@@ -226,3 +226,25 @@ async def test_damaged_index_page_alone_still_fails_open(db_path: Path) -> None:
         assert len(await db.get_messages("s")) == ROWS
     finally:
         await db.close()
+
+
+async def test_file_cut_to_its_first_pages_fails_at_open_and_is_left_as_it_is(db_path: Path) -> None:
+    await make_file(db_path)
+    with raw(db_path) as conn:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    os.truncate(db_path, 2 * page_size)
+    before = digest(db_path)
+    db = SessionDB(db_path)
+    try:
+        with pytest.raises(DatabaseMalformedError) as caught:
+            await db.get_session("t")  # the first call opens the file
+        remedy_named(caught.value)
+    finally:
+        await db.close()
+    assert digest(db_path) == before
+
+    report = repair_state_db_schema(db_path)
+    assert not report["ok"]
+    assert report["steps"][-1].startswith("salvage failed: no transcript table")
+    assert digest(Path(report["backup"])) == before and digest(db_path) == before
+    assert not list(db_path.parent.glob("state.db.salvage-*"))  # no half-made file left behind

@@ -115,3 +115,23 @@ def test_process_exits_even_if_the_store_was_never_closed(tmp_path: Path, hermes
 
     with sqlite3.connect(path) as conn:  # the acknowledged write is durable
         assert conn.execute("SELECT id, content FROM messages").fetchall() == [(row_id, "kept")]
+
+
+def test_missing_pysqlite3_falls_back_to_the_interpreters_sqlite(tmp_path: Path, hermes_home: Path) -> None:
+    """Where no wheel exists pysqlite3 is not installed: the store picks sqlite3 on its own."""
+    blocked = "import sys\nsys.modules['pysqlite3'] = None  # as if the package were not installed\n"
+    env = {k: v for k, v in os.environ.items() if k != "HERMES_SQLITE_DRIVER"}
+    env.update(HERMES_HOME=str(hermes_home), PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", blocked + SCRIPT, str(tmp_path / "fallback.db")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert info["driver"] == "sqlite3" and info["row"]
+    forced = subprocess.run(
+        [sys.executable, "-c", blocked + SCRIPT, str(tmp_path / "forced.db")],
+        env=dict(env, HERMES_SQLITE_DRIVER="pysqlite3"), capture_output=True, text=True, timeout=60,
+    )
+    assert forced.returncode != 0
+    assert "HERMES_SQLITE_DRIVER=pysqlite3 but the pysqlite3 package is not installed" in forced.stderr

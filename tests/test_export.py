@@ -14,6 +14,9 @@ from hermes_state import SessionDB, SessionExportTooLargeError
 from hermes_state.methods import maintenance
 from tests.test_listing import raw_exec, set_columns
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 CONTENT_KEYS = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "reasoning", "reasoning_details",
                 "platform_message_id", "timestamp", "display_metadata", "api_content")
 

@@ -27,6 +27,9 @@ from hermes_state import (
     StoreClosedError,
 )
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -24,6 +24,9 @@ from hermes_state.integrations.loop_thread import LoopThread
 
 from .adapter_support import reopen
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 def conversation() -> list[BaseMessage]:
     return [
@@ -83,7 +86,16 @@ async def test_messages_added_one_by_one_keep_their_order(store: SessionDB) -> N
     assert_same(await history.aget_messages(), conversation())
 
 
-async def test_clear_and_isolation(store: SessionDB) -> None:
+async def test_histories_are_isolated(store: SessionDB) -> None:
+    a, b = HermesChatMessageHistory("a", store), HermesChatMessageHistory("b", store)
+    await a.aadd_messages([HumanMessage("only a", id="a-1")])
+    await b.aadd_messages([HumanMessage("only b", id="b-1")])
+    assert await a.aget_messages() == [HumanMessage("only a", id="a-1")]
+    assert await b.aget_messages() == [HumanMessage("only b", id="b-1")]
+    assert await HermesChatMessageHistory("b", store).aget_messages() == [HumanMessage("only b", id="b-1")]
+
+
+async def test_clear_empties_only_this_history(store: SessionDB) -> None:
     a, b = HermesChatMessageHistory("a", store), HermesChatMessageHistory("b", store)
     await a.aadd_messages(conversation())
     await b.aadd_messages([HumanMessage("only b", id="b-1")])
@@ -92,6 +104,12 @@ async def test_clear_and_isolation(store: SessionDB) -> None:
     assert await b.aget_messages() == [HumanMessage("only b", id="b-1")]
     await a.aadd_messages([HumanMessage("again")])
     assert await a.aget_messages() == [HumanMessage("again")]
+
+    def sync_clear() -> list[BaseMessage]:
+        b.clear()
+        return b.messages
+
+    assert await asyncio.to_thread(sync_clear) == []
 
 
 async def test_fifty_concurrent_histories_share_one_store(store: SessionDB) -> None:
@@ -179,8 +197,6 @@ async def test_sync_methods_work_from_a_worker_thread(store: SessionDB) -> None:
 
     got = await asyncio.to_thread(sync_host)
     assert_same(got, [HumanMessage("from a thread"), AIMessage("answer", id="a-9"), *conversation()])
-    await asyncio.to_thread(history.clear)
-    assert await history.aget_messages() == []
 
 
 async def test_sync_methods_refuse_to_block_the_stores_own_loop(store: SessionDB) -> None:

@@ -11,6 +11,9 @@ import pytest
 from hermes_state import SessionDB
 from hermes_state.sqlite.driver import run_on
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 async def test_large_payload_round_trips(store: SessionDB) -> None:
     await store.create_session("s", "cli")

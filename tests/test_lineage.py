@@ -10,6 +10,9 @@ import pytest
 from hermes_state import SessionDB, SessionResumeTooLargeError
 from tests.test_compression import raw_exec
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 async def rotate(db: SessionDB, parent: str, child: str, *contents: str) -> None:
     """Publish ``child`` as the compression continuation of ``parent``."""

@@ -14,6 +14,9 @@ import pytest
 from hermes_state import SessionDB, StoreClosedError
 from hermes_state.sqlite.driver import driver_module
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 SKILL = "[IMPORTANT: The user has invoked the "
 
 

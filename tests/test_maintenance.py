@@ -13,6 +13,9 @@ from hermes_state import SessionDB
 from hermes_state.sqlite.driver import driver_module
 from tests.test_listing import set_columns
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 DAY = 86_400.0
 
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hermes_state import SessionDB
 from hermes_state.encoding import decode_message_row
 from hermes_state.sqlite.driver import driver_module
 from hermes_state.sqlite.queries.core import fetch_dicts, fetch_messages
+
+# PostgreSQL: SQLite's read-path internals.
+pytestmark = pytest.mark.backends("sqlite")
 
 # Raw cells as other writers (or older versions) may have left them.
 _CELLS = [

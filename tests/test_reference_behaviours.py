@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from hermes_state import SessionDB, SessionExportTooLargeError, SessionResumeTooLargeError
+from hermes_state import (
+    SessionDB,
+    SessionExportTooLargeError,
+    SessionResumeTooLargeError,
+)
+
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
 
 
 async def test_session_switch_reset_child_is_not_a_resume_target(store: SessionDB) -> None:

@@ -19,6 +19,9 @@ from hermes_state.sqlite.search.sanitize import (
     sanitize_fts5_query,
 )
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 RESULT_KEYS = ["id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model", "session_started", "context"]
 
 

@@ -10,6 +10,9 @@ import pytest
 from hermes_state import SessionDB
 from tests.test_compression import raw_exec
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 async def sessions(db: SessionDB, *ids: str) -> None:
     for sid in ids:

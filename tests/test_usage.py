@@ -15,6 +15,9 @@ from hermes_state.methods.usage import coalesce_token_deltas
 from hermes_state.sqlite.driver import driver_module
 from tests.test_listing import raw_exec
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 def delta(session_id: str = "s", **fields: Any) -> UpdateTokenCounts:
     return UpdateTokenCounts(session_id=session_id, now=fields.pop("now", 1.0), **fields)

@@ -22,6 +22,9 @@ from hermes_state import SessionDB
 from hermes_state.encoding import JSON_CONTENT_PREFIX, decode_content, join_content, split_content
 from hermes_state.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH
 
+# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+pytestmark = pytest.mark.backends("sqlite")
+
 MARKER_STRINGS = [
     "\x00json:[1, 2]",
     '\x00json:{"a": 1}',

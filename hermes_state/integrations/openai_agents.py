@@ -17,7 +17,7 @@ from typing import Any
 from ._binding import SessionBinding, exact_payload, parts_text
 
 try:
-    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "hermes_state.integrations.openai_agents needs the OpenAI Agents SDK: "
@@ -48,15 +48,14 @@ class HermesSession:
         session_db: Any,
         *,
         source: str = "openai-agents",
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self._binding = SessionBinding(session_db, session_id, source)
         self.session_id: str = self._binding.session_id
-        if session_settings is not None and not isinstance(session_settings, SessionSettings):
-            raise TypeError(
-                f"session_settings must be an agents SessionSettings or None, not {type(session_settings).__name__}"
-            )
-        self.session_settings = session_settings if session_settings is not None else SessionSettings()
+        # A dict is accepted as by the SDK's own sessions; unknown keys raise TypeError.
+        self.session_settings = (
+            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
+        )
 
     def __repr__(self) -> str:
         return f"<HermesSession {self.session_id!r} on {self._binding.db!r}>"

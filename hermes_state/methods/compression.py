@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +24,7 @@ from ..commands.compression import (
     SetCompressionCounter,
 )
 from ..encoding import encode_message_dicts, hashed_prompt
+from ..errors import DatabaseError
 from ..facade import StoreBase, opt_number, opt_text, require_id, rows_size
 from ..limits import finite_arg, int64_arg, json_text
 
@@ -87,7 +87,7 @@ class CompressionMethods(StoreBase):
         command = AcquireCompressionLock(session_id=session_id, holder=holder, ttl_seconds=_ttl(ttl_seconds))
         try:
             acquired, reclaimed = await self._write(command)
-        except sqlite3.Error as exc:
+        except DatabaseError as exc:
             log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, exc)
             return False
         if reclaimed:
@@ -104,7 +104,7 @@ class CompressionMethods(StoreBase):
         command = RefreshCompressionLock(session_id=session_id, holder=holder, ttl_seconds=_ttl(ttl_seconds))
         try:
             return bool(await self._write(command))
-        except sqlite3.Error as exc:
+        except DatabaseError as exc:
             log.warning("refresh_compression_lock(%s) failed: %s", session_id, exc)
             return False
 
@@ -114,7 +114,7 @@ class CompressionMethods(StoreBase):
             return
         try:
             await self._write(ReleaseCompressionLock(session_id=session_id, holder=holder))
-        except sqlite3.Error as exc:
+        except DatabaseError as exc:
             log.warning("release_compression_lock(%s) failed: %s", session_id, exc)
 
     async def get_compression_lock_holder(self, session_id: str) -> str | None:

@@ -9,7 +9,6 @@ connection; writes are commands for the writer actor.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,7 @@ from ..commands.listing import (
     UpdateSessionCwd,
 )
 from ..encoding import encode_content, scrub_surrogates
-from ..errors import StoreClosedError
+from ..errors import OperationalError, StoreClosedError
 from ..facade import ACTIVITY_PATIENCE, StoreBase, opt_text, require_id
 from ..limits import finite_arg, int64_arg, json_text
 
@@ -107,7 +106,7 @@ def normalize_activity_provenance(provenance: Any) -> str:
 
 def _is_lock_timeout(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+    return isinstance(exc, OperationalError) and ("locked" in text or "busy" in text)
 
 
 class ListingMethods(StoreBase):
@@ -453,7 +452,7 @@ class ListingMethods(StoreBase):
     async def _activity_write(self, command: TouchSessionActivity | ClearSessionActivityLabels) -> bool:
         try:
             return bool(await self._write(command, patience=ACTIVITY_PATIENCE))
-        except sqlite3.OperationalError as exc:
+        except OperationalError as exc:
             if not _is_lock_timeout(exc):
                 raise
             log.debug("activity write for %s skipped: %s", command.session_id, exc)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
@@ -29,6 +28,7 @@ from ..commands.search import (
     ResetStaleCjkIndex,
     SettleFtsStorage,
 )
+from ..errors import OperationalError
 from ..facade import StoreBase, count_arg, opt_text
 from ..limits import INT64_MAX
 
@@ -274,7 +274,7 @@ class SearchMethods(StoreBase):
             return False
         try:
             return bool(await self._write(FtsRebuildStep(cjk=cjk)))
-        except sqlite3.OperationalError as exc:
+        except OperationalError as exc:
             log.debug("FTS backfill chunk failed (will retry): %s", exc)
             return True
 
@@ -370,7 +370,7 @@ class SearchMethods(StoreBase):
             try:
                 more = await step()
                 failures = 0
-            except sqlite3.OperationalError as exc:
+            except OperationalError as exc:
                 log.debug("FTS maintenance step failed (will retry): %s", exc)
                 failures += 1
                 more = True

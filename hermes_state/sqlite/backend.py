@@ -15,9 +15,9 @@ from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError
 from .damage import damaged_tables, is_malformed_error
-from .queries import query_for
 from .driver import driver_name, open_connection, run_on, sqlite_version_info
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
+from .queries import query_for
 from .safety import quarantine_zeroed_state_db, record_init_error
 from .schema import ensure_schema
 from .search.cjk import load_fts5_cjk_extension
@@ -215,6 +215,8 @@ class SQLiteBackend:
 
     async def explain_damage(self, conn: aiosqlite.Connection, exc: BaseException) -> sqlite3.DatabaseError:
         """The error a read that met corruption raises: file damage stops writes, index damage says so."""
+        if self.damaged is not None:
+            return self._mark_damaged(exc)
         try:
             tables = await run_on(conn, damaged_tables)
         except Exception:  # the check itself could not run: treat the file as damaged

@@ -15,7 +15,7 @@ from typing import Any
 
 from .search.fts_schema import DB_ERRORS, TRASH_PREFIX
 
-__all__ = ["is_malformed_error", "damaged_tables"]
+__all__ = ["damaged_tables", "is_malformed_error", "names_an_index"]
 
 _MALFORMED_MARKERS = ("database disk image is malformed", "malformed database schema")
 SQLITE_CORRUPT = 11  # primary result code; extended codes keep it in the low byte
@@ -40,6 +40,12 @@ def is_malformed_error(exc: BaseException) -> bool:
     if code is None:  # Python 3.10: the message alone decides
         return "vtable constructor failed: messages_fts" in text
     return code & 0xFF == SQLITE_CORRUPT
+
+
+def names_an_index(exc: BaseException) -> bool:
+    """True when the error text itself places the damage in a full-text index."""
+    text = str(exc).lower()
+    return "fts5" in text or _INDEX_PREFIX in text
 
 
 def damaged_tables(conn: Any) -> list[str]:

@@ -40,7 +40,7 @@ def driver_module() -> ModuleType:
     if wanted == "sqlite3":
         return sqlite3
     try:
-        from pysqlite3 import dbapi2  # type: ignore[import-not-found]
+        from pysqlite3 import dbapi2  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         if wanted == "pysqlite3":
             raise ImportError(

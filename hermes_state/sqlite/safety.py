@@ -104,10 +104,11 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
     ``salvage``: copy every readable row into a fresh file that replaces the
     damaged one (which is kept: the backup, or without one the file itself
     moved aside). The result is ``{"ok": bool, "backup": path or None,
-    "steps": [...], "integrity": "ok" or the remaining problems}``; after a
-    salvage it also holds ``"recovered"`` (rows per table),
-    ``"unreadable"`` (lost rowid ranges per table) and
-    ``"placeholder_sessions"``. No step deletes a readable transcript row.
+    "steps": [...], "integrity": "ok" or the remaining problems}``, where
+    ``ok`` means the file is sound now; after a salvage it also holds
+    ``"recovered"`` (rows per table), ``"unreadable"`` (lost rowid ranges per
+    table), ``"missing_tables"`` and ``"placeholder_sessions"``, which say
+    what was lost. No step deletes a readable transcript row.
     """
     from .driver import driver_module
     from .salvage import salvage_rows

@@ -10,25 +10,31 @@ indexes are not copied: the fresh file indexes the rows as they arrive.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from .driver import driver_module
-from .search.fts_schema import DB_ERRORS, TRASH_PREFIX
+from .search.fts_schema import DB_ERRORS
 
 __all__ = ["salvage_rows"]
 
 CHUNK_ROWS = 500
 MAX_ROWID = 2**63 - 1
-# Tables the fresh schema owns, or that describe the old file's indexes.
-_NOT_COPIED = {"schema_version", "sqlite_sequence", "sqlite_stat1", "sqlite_stat4"}
+_BEFORE_FIRST = -MAX_ROWID - 1  # "nothing read yet": every rowid is above it
+# Tables the fresh schema owns.
+_NOT_COPIED = {"schema_version", "sqlite_sequence"}
 _INDEX_PREFIX = "messages_fts"
 # The index progress keys of state_meta (fts_stale, fts_rebuild_*, ...).
 _INDEX_KEYS = "FROM state_meta WHERE key LIKE 'fts\\_%' ESCAPE '\\'"
 
 
 def _columns(conn: Any, table: str) -> list[str]:
-    return [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")').fetchall()]
+    """Column names of ``table``; [] when it does not exist or its definition cannot be read."""
+    try:
+        return [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")').fetchall()]
+    except DB_ERRORS:
+        return []
 
 
 def _readable_from(conn: Any, table: str, start: int) -> bool:
@@ -69,7 +75,7 @@ def _copy_table(src: Any, dest: Any, table: str, columns: list[str]) -> tuple[in
     insert = f'INSERT OR IGNORE INTO "{table}" ({names}) VALUES ({", ".join("?" * len(columns))})'
     copied = 0
     lost: list[list[int | None]] = []
-    after = -MAX_ROWID - 1
+    after = _BEFORE_FIRST
     chunk = CHUNK_ROWS
     while True:
         try:
@@ -79,7 +85,8 @@ def _copy_table(src: Any, dest: Any, table: str, columns: list[str]) -> tuple[in
                 chunk = 1  # read up to the bad page one row at a time, until past it
                 continue
             start = _next_readable_start(src, table, after)
-            lost.append([after + 1, None if start is None else start - 1])
+            first = None if after == _BEFORE_FIRST else after + 1
+            lost.append([first, None if start is None else start - 1])
             if start is None:
                 break
             after, chunk = start - 1, CHUNK_ROWS
@@ -117,8 +124,12 @@ def salvage_rows(src: Any, dest_path: Path) -> dict[str, Any]:
     """Create a fresh state database at ``dest_path`` holding every row of ``src`` that can be read.
 
     Returns ``{"recovered": {table: rows}, "unreadable": {table: [[first, last], ...]},
-    "placeholder_sessions": n}``; ``last`` is None when the damage runs to the
-    end of the table. Sessions whose row was lost but whose messages survive
+    "missing_tables": [...], "placeholder_sessions": n}``; ``first`` is None
+    when the damage starts before the first row, ``last`` when it runs to the
+    end of the table, and ``missing_tables`` are
+    the state tables whose definition could not be read from ``src`` at all.
+    Raises ``sqlite3.DatabaseError`` when neither ``sessions`` nor
+    ``messages`` can be read (the caller then discards ``dest_path``). Sessions whose row was lost but whose messages survive
     get a placeholder row (``source='recovered'``); cached counters
     (``message_count``) are copied as they were.
     """
@@ -131,20 +142,24 @@ def salvage_rows(src: Any, dest_path: Path) -> dict[str, Any]:
         # Accept a schema that could be read only in part (its last pages may be the lost ones):
         # the tables whose definitions survived can still be copied.
         src.execute("PRAGMA writable_schema=ON")
-        src_tables = [
+        state_tables = [
             r[0]
-            for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall()
-            if not r[0].startswith((_INDEX_PREFIX, TRASH_PREFIX)) and r[0] not in _NOT_COPIED
+            for r in dest.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall()
+            if not r[0].startswith(_INDEX_PREFIX) and r[0] not in _NOT_COPIED
         ]
+        readable = {table: _columns(src, table) for table in state_tables}
+        missing = [table for table, columns in readable.items() if not columns]
+        if "messages" in missing and "sessions" in missing:
+            raise sqlite3.DatabaseError("no transcript table of the damaged file can be read; nothing was salvaged")
         recovered: dict[str, int] = {}
         unreadable: dict[str, list[list[int | None]]] = {}
         own_index_keys = [r[0] for r in dest.execute("SELECT key " + _INDEX_KEYS).fetchall()]
         dest.execute("BEGIN IMMEDIATE")
-        for table in src_tables:
+        for table, src_columns in readable.items():
+            if not src_columns:
+                continue
             dest_columns = set(_columns(dest, table))
-            if not dest_columns:
-                continue  # not part of the state schema
-            columns = [c for c in _columns(src, table) if c in dest_columns]
+            columns = [c for c in src_columns if c in dest_columns]
             recovered[table], lost = _copy_table(src, dest, table, columns)
             if lost:
                 unreadable[table] = lost
@@ -155,6 +170,11 @@ def salvage_rows(src: Any, dest_path: Path) -> dict[str, Any]:
         )
         placeholders = _link_orphans(dest)
         dest.execute("COMMIT")
-        return {"recovered": recovered, "unreadable": unreadable, "placeholder_sessions": placeholders}
+        return {
+            "recovered": recovered,
+            "unreadable": unreadable,
+            "missing_tables": missing,
+            "placeholder_sessions": placeholders,
+        }
     finally:
         dest.close()

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import re
-from pathlib import Path
 from typing import Any
 
-from ...errors import CompressionSessionClosedError, SessionCompressionInProgressError, SessionNotFoundError
+from ...errors import SessionNotFoundError
+from ...rules import append_refusal, holder_process_is_dead  # noqa: F401  (re-exported)
 
 GC_PROMPTS_SQL = (
     "DELETE FROM system_prompts WHERE NOT EXISTS "
@@ -33,36 +31,6 @@ def changes(conn: Any) -> int:
 def store_prompt(conn: Any, prompt: str | None, digest: str | None) -> None:
     if prompt is not None and digest is not None:
         conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (digest, prompt))
-
-
-# A structured holder names its process: "pid=<N>:task=...:agent=...:nonce=...".
-_HOLDER_PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
-
-
-def holder_process_is_dead(holder: str) -> bool:
-    """True only when ``holder`` names a local process (not this one) that no longer runs.
-
-    An unreaped zombie counts as dead. Any doubt (no pid field, permission
-    errors, an unreadable /proc) answers False, so a live lease is never stolen.
-    """
-    match = _HOLDER_PID.search(holder or "")
-    if match is None:
-        return False
-    pid = int(match.group(1))
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError, OverflowError):
-        return False
-    try:
-        # Field 3 of /proc/<pid>/stat is the state; "Z" is a killed, unreaped process.
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def append_verdicts(
@@ -93,18 +61,9 @@ def append_verdicts(
             leases[session_id] = lease_holder
     verdicts: dict[tuple[str, str | None], BaseException | None] = {}
     for session_id, holder in keys:
-        lease_holder = leases.get(session_id)
-        # Closed first: waiting out a lease on a session that can never take the
-        # append again would only delay the error that tells the caller where to go.
-        # A lease whose holder process is dead blocks no one.
-        if sessions.get(session_id) == "compression":
-            verdicts[(session_id, holder)] = CompressionSessionClosedError(session_id)
-        elif lease_holder is not None and lease_holder != holder and not holder_process_is_dead(lease_holder):
-            verdicts[(session_id, holder)] = SessionCompressionInProgressError(session_id)
-        elif session_id not in sessions:
-            verdicts[(session_id, holder)] = SessionNotFoundError(session_id)
-        else:
-            verdicts[(session_id, holder)] = None
+        verdicts[(session_id, holder)] = append_refusal(
+            session_id, session_id in sessions, sessions.get(session_id), leases.get(session_id), holder
+        )
     return verdicts
 
 

@@ -17,14 +17,15 @@ than one large compiled statement per distinct row count.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Sequence
 from itertools import islice
 from operator import attrgetter, itemgetter
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ...commands.messages import MessageRow
 from ..driver import sqlite_version_info
 
-__all__ = ["MESSAGE_COLUMNS", "insert_message_rows", "chunk_sizes"]
+__all__ = ["MESSAGE_COLUMNS", "chunk_sizes", "insert_message_rows"]
 
 # Insert column order: session_id, then MessageRow's fields up to display_metadata.
 MESSAGE_COLUMNS = (

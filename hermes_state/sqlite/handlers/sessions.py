@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ...commands.sessions import (
@@ -14,6 +13,7 @@ from ...commands.sessions import (
     UpdateSystemPrompt,
     UpsertSession,
 )
+from ...rules import RESET_REASONS, merged_model_config
 from .common import gc_prompts, require_session, store_prompt
 from .registry import handles
 
@@ -33,33 +33,13 @@ _UPSERT_SQL = (
     " THEN NULL ELSE sessions.system_prompt END"
 )
 
-RESET_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended", "resume_pending_expired")
-
-
-def _merged_model_config(stored: str | None, given: str | None) -> str | None:
-    """Stored config wins, except a bare ``{"_reset_from": X}`` marker takes the new config."""
-    if stored is None:
-        return given
-    if given is None:
-        return stored
-    try:
-        old = json.loads(stored)
-        new = json.loads(given)
-    except (ValueError, RecursionError):  # RecursionError: a stored config nested too deep to parse
-        return stored
-    if isinstance(old, dict) and list(old) == ["_reset_from"] and isinstance(new, dict):
-        new["_reset_from"] = old["_reset_from"]
-        return json.dumps(new)
-    return stored
-
-
 @handles(UpsertSession)
 def upsert_session(conn: Any, cmd: UpsertSession) -> str:
     if cmd.parent_session_id is not None:
         require_session(conn, cmd.parent_session_id, what="parent session")
     store_prompt(conn, cmd.system_prompt, cmd.system_prompt_hash)
     stored = conn.execute("SELECT model_config FROM sessions WHERE id = ?", (cmd.session_id,)).fetchone()
-    config = cmd.model_config if stored is None else _merged_model_config(stored[0], cmd.model_config)
+    config = cmd.model_config if stored is None else merged_model_config(stored[0], cmd.model_config)
     values = [cmd.session_id, cmd.source, cmd.user_id, cmd.started_at, config]
     values.extend(getattr(cmd, c) for c in _FILL_ONLY)
     conn.execute(_UPSERT_SQL, (*values, config))

@@ -7,6 +7,8 @@ committed snapshot.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, Sequence
 
 from ...encoding import (
@@ -39,27 +41,25 @@ def fetch_dicts(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[st
 def fetch_messages(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
     """Run a ``SELECT *`` over ``messages`` and return decoded row dicts (as ``decode_message_row`` makes them).
 
-    The decoders run only on the cells that need them, looked up by column
-    position: for a long transcript of plain text this is most of the cost
-    of a read after the fetch itself.
+    The dicts are built in one C-level pass and the decoders run only on the
+    cells that need them, found column by column: for a long transcript of
+    plain text, building the dicts is all the Python work a read does.
     """
     cur = conn.execute(sql, params)
     names = [d[0] for d in cur.description]
     rows = cur.fetchall()
     if not {"content", "tool_calls", "display_metadata"} <= set(names):
         return [decode_message_row(dict(zip(names, row))) for row in rows]
-    content, calls, metadata = names.index("content"), names.index("tool_calls"), names.index("display_metadata")
-    out = []
-    for row in rows:
-        decoded = dict(zip(names, row))
-        value = row[content]
+    out = list(map(dict, map(zip, repeat(names), rows)))
+    for i, value in enumerate(map(itemgetter(names.index("content")), rows)):
         if value.__class__ is str and value.startswith(JSON_CONTENT_PREFIX):
-            decoded["content"] = decode_content(value)
-        if row[calls] is not None:
-            decoded["tool_calls"] = decode_tool_calls(row[calls])
-        if row[metadata] is not None:
-            decoded["display_metadata"] = decode_display_metadata(row[metadata])
-        out.append(decoded)
+            out[i]["content"] = decode_content(value)
+    for key, decode in (("tool_calls", decode_tool_calls), ("display_metadata", decode_display_metadata)):
+        cells = list(map(itemgetter(names.index(key)), rows))
+        if cells.count(None) != len(cells):
+            for i, value in enumerate(cells):
+                if value is not None:
+                    out[i][key] = decode(value)
     return out
 
 

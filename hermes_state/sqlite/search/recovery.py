@@ -17,7 +17,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..damage import damaged_tables, is_malformed_error as is_fts_corruption_error
+from ..damage import damaged_tables, names_an_index
+from ..damage import is_malformed_error as is_fts_corruption_error
 from .fts_schema import ALL_TRIGGERS, DB_ERRORS, detach_fts, get_meta, rebuild_in_place
 
 __all__ = ["apply_with_fts_recovery", "is_fts_corruption_error", "recover_fts"]
@@ -60,15 +61,16 @@ def _in_own_transaction(conn: Any, action: Callable[[Any], Any]) -> bool:
         return False
 
 
-def recover_fts(conn: Any) -> bool:
-    """React to an FTS corruption error on ``conn``; True when a retry of the write may succeed.
+def recover_fts(conn: Any, errors: Sequence[BaseException] = ()) -> bool:
+    """React to FTS corruption ``errors`` on ``conn``; True when a retry of the write may succeed.
 
     The first time on a connection: rebuild every index in place. After
     that (or when the rebuild fails): detach FTS. When FTS is already
     detached, or the damage lies outside the indexes, the error has another
-    cause and False is returned (nothing is written then).
+    cause and False is returned (nothing is written then). The transcript
+    tables are checked only when an error does not itself name an index.
     """
-    if damaged_tables(conn):
+    if not (errors and all(names_an_index(e) for e in errors)) and damaged_tables(conn):
         log.error("the database file is damaged outside the FTS indexes; not touching the indexes")
         return False
     if not _rebuild_tried(conn):
@@ -102,7 +104,7 @@ def apply_with_fts_recovery(
         try:
             results = apply(conn, [commands[i] for i in pending])
         except Exception as exc:
-            if recoveries < MAX_RECOVERIES and is_fts_corruption_error(exc) and recover_fts(conn):
+            if recoveries < MAX_RECOVERIES and is_fts_corruption_error(exc) and recover_fts(conn, [exc]):
                 recoveries += 1
                 continue
             if len(pending) == len(commands):
@@ -110,12 +112,13 @@ def apply_with_fts_recovery(
             for i in pending:
                 outcomes[i] = (False, exc)
             break
-        retry = []
+        retry, errors = [], []
         for i, outcome in zip(pending, results):
             outcomes[i] = outcome
             if not outcome[0] and is_fts_corruption_error(outcome[1]):
                 retry.append(i)
-        if not retry or recoveries >= MAX_RECOVERIES or not recover_fts(conn):
+                errors.append(outcome[1])
+        if not retry or recoveries >= MAX_RECOVERIES or not recover_fts(conn, errors):
             break
         recoveries += 1
         pending = retry

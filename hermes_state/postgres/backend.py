@@ -1,0 +1,161 @@
+"""The PostgreSQL backend: a writer connection for the actor, a pool for reads.
+
+Nothing touches the network before the first awaited call: ``open()`` reads
+``database.postgres`` from the profile captured at construction, creates the
+(empty) read pool, and then either connects the writer and runs the schema
+handshake (writable) or checks the schema on a pooled read-only connection.
+A failed ``open()`` closes what it made, so the next call starts over (a
+server that comes back, a fixed config file).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..backend import Outcome
+from ..commands.base import Command
+from ..config import StoreConfig, load_config
+from ..errors import StoreClosedError
+from .config import PostgresConfig, load_postgres_config
+from .dsn import asyncpg_dsn, endpoint, redact_dsn
+from .errors import is_busy, is_disconnect, unavailable
+from .pool import ConnectionPool
+from .queries import query_for
+from .schema import check_schema_read_only, ensure_schema
+from .writer import apply_batch
+
+__all__ = ["PostgresBackend", "PostgresReader", "load_driver"]
+
+log = logging.getLogger("hermes_state.postgres")
+
+READ_ONLY_MESSAGE = "read-only PostgreSQL SessionDB"
+
+
+def load_driver() -> Any:
+    """Import asyncpg, or raise ImportError naming the ``postgres`` extra."""
+    try:
+        import asyncpg  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise ImportError(
+            "the PostgreSQL SessionDB needs asyncpg: install the 'postgres' extra (pip install 'hermes-state[postgres]')"
+        ) from exc
+    return asyncpg
+
+
+class PostgresReader:
+    """Runs named read queries on pooled connections, each in one read-only snapshot."""
+
+    def __init__(self, backend: PostgresBackend) -> None:
+        self._backend = backend
+
+    async def query(self, name: str, *args: Any) -> Any:
+        """Run the registered query ``name`` with ``args``; returns what it returns."""
+        pool = self._backend.pool
+        if pool is None:
+            raise StoreClosedError()
+        fn = query_for(name)
+        async with pool.acquire() as conn:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                return await fn(conn, *args)
+
+
+class PostgresBackend:
+    """Owns the connections to one PostgreSQL database (and schema, via ``search_path``)."""
+
+    def __init__(self, dsn: str, *, read_only: bool, home: Path | None = None) -> None:
+        self.dsn = dsn
+        self.read_only = read_only
+        self.home = home
+        # ``config`` is the whole profile config (method groups read its ``sessions``
+        # section, as on SQLite); ``pg_config`` is its ``database.postgres`` part.
+        self.config = StoreConfig()
+        self.pg_config = PostgresConfig()
+        self.reader = PostgresReader(self)
+        self.pool: ConnectionPool | None = None
+        self._writer_conn: Any = None
+        self._facts: dict[str, Any] = {}
+        self._endpoint = endpoint(dsn)
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        return self.pg_config.connect_kwargs(read_only=self.read_only)
+
+    async def _connect_writer(self) -> Any:
+        asyncpg = load_driver()
+        try:
+            return await asyncpg.connect(asyncpg_dsn(self.dsn), **self._connect_kwargs())
+        except (OSError, TimeoutError) as exc:
+            raise unavailable(self._endpoint, exc) from exc
+
+    async def open(self) -> None:
+        load_driver()
+        self.config = load_config(self.home)
+        self.pg_config = load_postgres_config(self.home)
+        try:
+            self.pool = ConnectionPool(asyncpg_dsn(self.dsn), self.pg_config, self._connect_kwargs(), self._endpoint)
+            await self.pool.open()
+            if self.read_only:
+                async with self.pool.acquire() as conn:
+                    self._facts = await check_schema_read_only(conn)
+            else:
+                self._writer_conn = await self._connect_writer()
+                self._facts = await ensure_schema(self._writer_conn)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
+        if self.pool is None:
+            raise StoreClosedError()
+        if self._writer_conn is None or self._writer_conn.is_closed():
+            self._writer_conn = await self._connect_writer()
+        try:
+            return await apply_batch(self._writer_conn, commands)
+        except BaseException as exc:
+            if is_disconnect(exc) or self._writer_conn.is_closed():
+                # The server ends the open transaction with the session; reconnect on the next batch.
+                await self._drop_writer()
+            raise
+
+    async def _drop_writer(self) -> None:
+        conn, self._writer_conn = self._writer_conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    def is_busy_error(self, exc: BaseException) -> bool:
+        return is_busy(exc)
+
+    def readonly_error(self) -> Exception:
+        return PermissionError(READ_ONLY_MESSAGE)
+
+    def write_refusal(self) -> Exception | None:
+        """PostgreSQL has no store-wide refusal (damaged pages are the server's business): always None."""
+        return None
+
+    async def storage_info(self) -> dict[str, Any]:
+        asyncpg = load_driver()
+        info: dict[str, Any] = {
+            "backend": "postgres",
+            "path": redact_dsn(self.dsn),
+            "driver": f"asyncpg {asyncpg.__version__}",
+            "schema_version": self._facts.get("schema_version"),
+            "read_only": self.read_only,
+        }
+        if self.pool is not None:
+            async with self.pool.acquire() as conn:
+                info["server_version"] = await conn.fetchval("SHOW server_version")
+                info["schema"] = await conn.fetchval("SELECT current_schema()")
+        return info
+
+    async def close(self) -> None:
+        pool, self.pool = self.pool, None
+        writer, self._writer_conn = self._writer_conn, None
+        if writer is not None:
+            try:
+                await writer.close(timeout=5)
+            except Exception:
+                writer.terminate()
+        if pool is not None:
+            await pool.close()

@@ -1,0 +1,39 @@
+"""``SessionDB`` on PostgreSQL: the same facade, commands and actor; only the backend differs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..backend import Backend
+from ..facade import captured_home
+from ..store import SessionDB as _SQLiteSessionDB
+from .dsn import redact_dsn, validate_dsn
+
+__all__ = ["SessionDB"]
+
+
+class SessionDB(_SQLiteSessionDB):
+    """An async session store on PostgreSQL, shared by every agent of one worker.
+
+    ``SessionDB("postgresql+asyncpg://user@host:5432/db", read_only=False)``
+    validates the URL and records it; nothing connects until the first
+    awaited call, which reads ``database.postgres`` from the profile's
+    ``config.yaml`` (the ``HERMES_HOME`` in effect at construction). A
+    read-only store raises ``PermissionError`` from every write before any
+    I/O. Await ``close()`` once at shutdown: it applies every queued write,
+    then closes the connections.
+    """
+
+    def _accept_target(self, db_path: os.PathLike[str] | str | None) -> None:
+        self._dsn: str = validate_dsn(db_path)
+        # Hosts and tools read ``db_path``; it never holds the password.
+        self.db_path: Any = redact_dsn(self._dsn)
+
+    def _make_backend(self) -> Backend:
+        from .backend import PostgresBackend
+
+        return PostgresBackend(self._dsn, read_only=self.read_only, home=captured_home())
+
+    def _target_label(self) -> str:
+        return redact_dsn(self._dsn)
