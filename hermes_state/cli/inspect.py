@@ -54,7 +54,7 @@ async def _if_supported(call: Awaitable[T]) -> T | None:
 async def _facts(db: Any, target: Target) -> dict[str, Any]:
     info: dict[str, Any] = dict(await db.storage_info())
     info.update(_file_sizes(target))
-    info["sessions"] = await db.session_count(include_archived=True)
+    info["sessions"] = await _if_supported(db.session_count(include_archived=True))
     info["messages"] = await db.message_count()
     info["fts_rebuild"] = await _if_supported(db.fts_rebuild_status())
     info["fts_cjk_rebuild"] = await _if_supported(db.fts_cjk_rebuild_status())
@@ -74,7 +74,7 @@ async def run_info(args: argparse.Namespace) -> int:
     print(f"  journal mode {info.get('journal_mode') or '-'}, schema version {info.get('schema_version')}")
     if "file_bytes" in info:
         print(f"  file {size(info['file_bytes'])}, WAL {size(info.get('wal_bytes'))}")
-    print(f"  {info['sessions']} sessions, {info['messages']} messages")
+    print(f"  {'-' if info['sessions'] is None else info['sessions']} sessions, {info['messages']} messages")
     pending = info["fts_rebuild"]
     fts = info.get("fts") or "-"
     print(f"  full-text index: {fts}" + (f", backfill {pending['percent']}% done" if pending else ""))
