@@ -61,6 +61,8 @@ class SessionsConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
     cjk_fts: bool = True
     # search_messages logs its route when it takes at least this long (env HERMES_SEARCH_SLOW_MS wins).
     search_slow_ms: float = 1000.0
+    # search_messages is interrupted after this long (SearchTimeoutError); 0 turns the deadline off.
+    search_timeout_ms: Annotated[float, msgspec.Meta(ge=0)] = 10000.0
 
 
 class StoreConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):

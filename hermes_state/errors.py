@@ -29,6 +29,7 @@ __all__ = [
     "WalUnsupportedError",
     "DatabaseMalformedError",
     "ConfigError",
+    "SearchTimeoutError",
     "PERSISTENCE_ERROR_CAUSES",
     "is_disk_full_error",
     "classify_persistence_error",
@@ -156,6 +157,21 @@ class DatabaseMalformedError(sqlite3.DatabaseError):
 
 class ConfigError(ValueError):
     """``config.yaml`` holds a value the store cannot use; the message names the key."""
+
+
+class SearchTimeoutError(TimeoutError):
+    """``search_messages`` ran past ``sessions.search_timeout_ms``; the query was interrupted.
+
+    Nothing stored is affected and the store stays usable; narrow the query
+    or raise the limit in ``config.yaml``.
+    """
+
+    def __init__(self, timeout_ms: float) -> None:
+        self.timeout_ms = timeout_ms
+        super().__init__(
+            f"search_messages took longer than sessions.search_timeout_ms={timeout_ms:g} ms "
+            "and was interrupted; narrow the query or raise the limit"
+        )
 
 
 _DISK_FULL_MARKERS = (

@@ -211,6 +211,13 @@ class StoreBase:
 
     # ------------------------------------------------------------------ plumbing
 
+    def _check_storable(self, command: Command) -> None:
+        """Raise the backend's call-site refusal of a value it cannot store (PostgreSQL: NUL in text)."""
+        refuse = getattr(self._backend, "command_refusal", None)
+        problem = refuse(command) if refuse is not None else None
+        if problem is not None:
+            raise problem
+
     async def _write(
         self, command: Command, *, patience: float = DEFAULT_PATIENCE, size: int = 0, during_close: bool = False
     ) -> Any:
@@ -225,6 +232,7 @@ class StoreBase:
         refusal = getattr(self._backend, "write_refusal", lambda: None)()
         if refusal is not None:
             raise refusal
+        self._check_storable(command)
         if during_close:
             if not self._opened:
                 raise StoreClosedError()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -14,35 +13,14 @@ import pytest
 from hermes_state import SessionDB, StoreClosedError
 from hermes_state.sqlite.driver import driver_module
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
+from tests.raw_sql import fetch_rows, raw_exec, set_columns  # noqa: F401  (other modules import them from here)
 
 SKILL = "[IMPORTANT: The user has invoked the "
 
 
-def raw(db: SessionDB) -> Any:
-    """A plain autocommit connection to the store's file (for arranging rows the API cannot write)."""
-    return driver_module().connect(str(db.db_path), isolation_level=None)
-
-
-def raw_exec(db: SessionDB, sql: str, params: tuple[Any, ...] = ()) -> None:
-    """Run one statement on the store's file through a separate connection."""
-    conn = raw(db)
-    try:
-        conn.execute(sql, params)
-    finally:
-        conn.close()
-
-
-def set_columns(db: SessionDB, session_id: str, **values: Any) -> None:
-    """Set session columns the API does not write directly (started_at, title, flags...)."""
-    assignments = ", ".join(f"{k} = ?" for k in values)
-    raw_exec(db, f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
-
-
 async def make(db: SessionDB, session_id: str, started: float, source: str = "cli", **kwargs: Any) -> None:
     await db.create_session(session_id, source, **kwargs)
-    set_columns(db, session_id, started_at=started)
+    await set_columns(db, session_id, started_at=started)
 
 
 def ids(rows: list[dict[str, Any]]) -> list[str]:
@@ -62,7 +40,7 @@ async def test_default_listing_shows_roots_branches_and_resets_not_delegates(sto
     # legacy /branch: the parent ended 'branched' and the child started afterwards
     await make(store, "lb-parent", 160)
     await store.end_session("lb-parent", "branched")
-    set_columns(store, "lb-parent", ended_at=165)
+    await set_columns(store, "lb-parent", ended_at=165)
     await make(store, "lb-child", 170, parent_session_id="lb-parent")
     await make(store, "lb-early", 161, parent_session_id="lb-parent")
     # legacy reset: parent ended with a reset reason, same non-empty session_key
@@ -107,7 +85,7 @@ async def test_filters(store: SessionDB) -> None:
     await make(store, "f", 6, source="cli", cwd="/w/pXj")
     for i in range(3):
         await store.append_message("a", "user", f"m{i}")
-    set_columns(store, "f", archived=1)
+    await set_columns(store, "f", archived=1)
 
     async def listed(**kw: Any) -> list[str]:
         return sorted(ids(await store.list_sessions_rich(limit=50, **kw)))
@@ -160,8 +138,8 @@ async def test_unread_and_pinned(store: SessionDB) -> None:
     await make(store, "old", 10)
     await make(store, "mid", 20)
     await make(store, "new", 30)
-    set_columns(store, "old", pinned=1, last_read_at=5)
-    set_columns(store, "mid", last_read_at=50)
+    await set_columns(store, "old", pinned=1, last_read_at=5)
+    await set_columns(store, "mid", last_read_at=50)
     rows = await store.list_sessions_rich(limit=1, include_pinned=True)
     assert ids(rows) == ["new", "old"]
     assert [r["unread"] for r in rows] == [False, True]  # never read / moved after reading
@@ -179,7 +157,7 @@ async def test_order_by_last_active_uses_the_whole_compression_chain(store: Sess
     await store.append_message("p1-tip", "user", "fresh", timestamp=time.time() + 100)
     await store.append_message("p2", "user", "older", timestamp=time.time())
     await make(store, "my-project-notes", 50, source="cli")
-    set_columns(store, "my-project-notes", title="My-Project Notes")
+    await set_columns(store, "my-project-notes", title="My-Project Notes")
     default = ids(await store.list_sessions_rich(limit=10, project_compression_tips=False))
     assert default == ["p2", "p1", "my-project-notes"]
     ranked = await store.list_sessions_rich(limit=10, order_by_last_active=True, project_compression_tips=False)
@@ -202,7 +180,7 @@ async def test_compression_tip_projection(store: SessionDB) -> None:
     await make(store, "tip", 300, parent_session_id="mid", model="m3", cwd="/b")
     await make(store, "fork", 400, parent_session_id="mid", model_config={"_branched_from": "mid"})
     await store.append_message("tip", "user", "latest words")
-    set_columns(store, "tip", title="Tip title")
+    await set_columns(store, "tip", title="Tip title")
     rows = await store.list_sessions_rich(limit=10)
     root = next(r for r in rows if r.get("_lineage_root_id") == "root")
     assert root["id"] == "tip" and root["model"] == "m3" and root["cwd"] == "/b"
@@ -267,18 +245,18 @@ async def test_cwds_skill_sessions_first_assistant(store: SessionDB) -> None:
     await make(store, "b", 20, cwd="/x")
     await make(store, "c", 30, cwd="/y")
     await make(store, "d", 40, cwd="  ")
-    set_columns(store, "c", archived=1)
+    await set_columns(store, "c", archived=1)
     await store.end_session("a", "done")
-    set_columns(store, "a", ended_at=25)
+    await set_columns(store, "a", ended_at=25)
     assert await store.distinct_session_cwds() == [{"cwd": "/x", "sessions": 2, "last_active": 25.0}]
     assert [r["cwd"] for r in await store.distinct_session_cwds(include_archived=True)] == ["/x", "/y"]
 
     await store.append_message("a", "user", SKILL + '"review" skill. The full skill content is loaded below.]')
     await store.append_message("b", "user", "no skill " + SKILL)
     await store.append_message("c", "user", SKILL.lower() + "x")
-    set_columns(store, "a", title="A")
-    set_columns(store, "b", title="B")
-    set_columns(store, "c", title="C")
+    await set_columns(store, "a", title="A")
+    await set_columns(store, "b", title="B")
+    await set_columns(store, "c", title="C")
     rows = await store.list_skill_scaffolded_sessions()
     assert [(r["id"], r["title"]) for r in rows] == [("a", "A")]
     assert rows[0]["content"].startswith(SKILL)
@@ -308,8 +286,8 @@ async def test_messages_around_and_anchored_view(store: SessionDB) -> None:
     row_ids = await _transcript(store, "s")
     await store.create_session("other", "cli")
     foreign = await store.append_message("other", "user", "elsewhere")
-    set_columns(store, "s", message_count=8)
-    raw_exec(store, "UPDATE messages SET active = 0 WHERE id = ?", (row_ids[2],))
+    await set_columns(store, "s", message_count=8)
+    await raw_exec(store, "UPDATE messages SET active = 0 WHERE id = ?", (row_ids[2],))
 
     around = await store.get_messages_around("s", row_ids[3], window=2)
     assert [m["id"] for m in around["window"]] == row_ids[1:6]
@@ -415,8 +393,7 @@ async def test_runtime_lock_billing_route_and_model_config_patch(store: SessionD
     assert abs(lock["updated_at"] - time.time()) < 60
     await store.update_session_runtime_lock("s", model="m1")
     assert (await store.get_session("s") or {})["model"] == "m1"
-    with sqlite3.connect(store.db_path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM system_prompts").fetchone()[0] == 0
+    assert await fetch_rows(store, "SELECT COUNT(*) FROM system_prompts") == [(0,)]
 
     await store.update_session_billing_route("s", provider="p1", base_url="https://x", billing_mode="sub")
     await store.update_session_billing_route("s", provider="p2", base_url=None)
@@ -488,9 +465,10 @@ async def test_activity_never_moves_backwards_and_clear_keeps_time(store: Sessio
         await store.touch_session_activity("s", description=5)  # type: ignore[arg-type]
 
 
+@pytest.mark.backends("sqlite")  # a SQLite file lock held by another connection
 async def test_activity_write_gives_up_quickly_when_file_is_locked(store: SessionDB) -> None:
     await store.create_session("s", "cli")
-    blocker = raw(store)
+    blocker = driver_module().connect(str(store.db_path), isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
         started = time.monotonic()
@@ -535,9 +513,10 @@ async def test_bad_arguments_fail_before_any_io(db_path: Path) -> None:
         await db.close()
 
 
+@pytest.mark.backends("sqlite")  # a SQLite file lock held by another connection
 async def test_reads_never_wait_for_a_long_write(store: SessionDB) -> None:
     await store.create_session("s", "cli")
-    blocker = raw(store)
+    blocker = driver_module().connect(str(store.db_path), isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
         pending = asyncio.ensure_future(store.append_message("s", "user", "queued behind the lock"))

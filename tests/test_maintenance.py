@@ -11,10 +11,8 @@ import pytest
 
 from hermes_state import SessionDB
 from hermes_state.sqlite.driver import driver_module
-from tests.test_listing import set_columns
+from tests.raw_sql import fetch_rows, set_columns
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
 
 DAY = 86_400.0
 
@@ -28,7 +26,7 @@ async def ended(db: SessionDB, session_id: str, *, age_days: float = 0, messages
             session_id, [{"role": "user", "content": f"{session_id} {i}", "timestamp": stamp} for i in range(messages)]
         )
     await db.end_session(session_id, "done")
-    set_columns(db, session_id, started_at=stamp, ended_at=stamp)
+    await set_columns(db, session_id, started_at=stamp, ended_at=stamp)
 
 
 async def existing(db: SessionDB, *candidates: str) -> list[str]:
@@ -47,7 +45,7 @@ async def test_delete_targets_and_delete_if_empty(store: SessionDB, tmp_path: Pa
     assert await store.get_session_delete_targets("missing") == []
 
     await store.create_session("titled", "cli")
-    set_columns(store, "titled", title="T")
+    await set_columns(store, "titled", title="T")
     await store.create_session("talky", "cli")
     await store.append_message("talky", "user", "hi")
     await store.create_session("empty", "cli", system_prompt="unique prompt")
@@ -60,8 +58,7 @@ async def test_delete_targets_and_delete_if_empty(store: SessionDB, tmp_path: Pa
     assert await store.delete_session_if_empty("missing") is False
     assert await store.delete_session_if_empty("empty", sessions_dir=sessions_dir) is True
     assert await store.get_session("empty") is None and not (sessions_dir / "empty.jsonl").exists()
-    with sqlite3.connect(store.db_path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM system_prompts").fetchone()[0] == 0
+    assert (await fetch_rows(store, "SELECT COUNT(*) FROM system_prompts"))[0][0] == 0
 
 
 async def test_delete_sessions_cascades_delegates_and_detaches_the_rest(store: SessionDB, tmp_path: Path) -> None:
@@ -81,8 +78,7 @@ async def test_delete_sessions_cascades_delegates_and_detaches_the_rest(store: S
     assert (await store.get_session("a-kid") or {})["parent_session_id"] is None
     assert sorted(p.name for p in sessions_dir.iterdir()) == ["keep.json"]
     assert await store.message_count() == 0
-    with sqlite3.connect(store.db_path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM session_model_usage").fetchone()[0] == 0
+    assert (await fetch_rows(store, "SELECT COUNT(*) FROM session_model_usage"))[0][0] == 0
     assert await store.delete_sessions([]) == 0
     with pytest.raises(TypeError, match="session_ids"):
         await store.delete_sessions("keep")  # type: ignore[arg-type]
@@ -93,11 +89,11 @@ async def test_delete_empty_and_ghost_sessions(store: SessionDB) -> None:
     await ended(store, "full-ended", messages=2)
     await store.create_session("empty-open", "cli")
     await ended(store, "empty-archived")
-    set_columns(store, "empty-archived", archived=1)
+    await set_columns(store, "empty-archived", archived=1)
     await ended(store, "ghost", source="tui", age_days=2)
     await ended(store, "young-ghost", source="tui")
     await ended(store, "titled-ghost", source="tui", age_days=2)
-    set_columns(store, "titled-ghost", title="kept")
+    await set_columns(store, "titled-ghost", title="kept")
     await store.create_session("ghost-child", "cli", parent_session_id="ghost")
     assert await store.prune_empty_ghost_sessions() == 1
     assert await store.get_session("ghost") is None
@@ -115,7 +111,7 @@ async def test_prune_by_age_only_touches_ended_sessions(store: SessionDB) -> Non
     await ended(store, "old", age_days=100, messages=1)
     await ended(store, "recent", age_days=10, messages=1)
     await store.create_session("open-old", "cli")
-    set_columns(store, "open-old", started_at=time.time() - 200 * DAY)
+    await set_columns(store, "open-old", started_at=time.time() - 200 * DAY)
     await ended(store, "old-start-new-msg", age_days=100)
     await store.append_message("old-start-new-msg", "user", "just now")
     await store.create_session("child", "cli", parent_session_id="old")
@@ -133,11 +129,11 @@ async def test_prune_by_age_only_touches_ended_sessions(store: SessionDB) -> Non
 
 async def test_prune_filter_set(store: SessionDB) -> None:
     await ended(store, "a", age_days=1, messages=3, model="GPT-big", cwd="/w/p_1")
-    set_columns(store, "a", title="Deploy 100% done", billing_provider="OpenAI", user_id="u1", chat_id="c1",
+    await set_columns(store, "a", title="Deploy 100% done", billing_provider="OpenAI", user_id="u1", chat_id="c1",
                 chat_type="dm", git_branch="feature/x", input_tokens=500, output_tokens=500, estimated_cost_usd=2.0,
                 tool_call_count=4, end_reason="user_exit")
     await ended(store, "b", age_days=1, messages=1, model="small", cwd="/w/p11", source="tui")
-    set_columns(store, "b", title="Deploy 1000 done", archived=1, actual_cost_usd=0.5, estimated_cost_usd=9.0)
+    await set_columns(store, "b", title="Deploy 1000 done", archived=1, actual_cost_usd=0.5, estimated_cost_usd=9.0)
 
     async def matches(**filters: Any) -> list[str]:
         return [c["id"] for c in await store.list_prune_candidates(**filters)]
@@ -195,11 +191,11 @@ async def test_archive_stale_sessions_follows_lineages(store: SessionDB) -> None
     old = time.time() - 10 * DAY
     for sid in ("root", "pinned", "fresh", "quiet"):
         await store.create_session(sid, "cli")
-        set_columns(store, sid, started_at=old)
+        await set_columns(store, sid, started_at=old)
     await store.end_session("root", "compression")
     await store.create_session("tip", "cli", parent_session_id="root")
-    set_columns(store, "tip", started_at=old + 1)
-    set_columns(store, "pinned", pinned=1)
+    await set_columns(store, "tip", started_at=old + 1)
+    await set_columns(store, "pinned", pinned=1)
     await store.touch_session_activity("fresh", time.time())
     await store.touch_session_activity("quiet", old)
     assert await store.archive_stale_sessions(3) == 2  # tip (taking its root along) and quiet
@@ -230,7 +226,7 @@ async def test_auto_prune_and_archive_are_throttled_and_never_raise(store: Sessi
     assert bad["pruned"] == 0 and "non-negative" in bad["error"]
 
     await store.create_session("idle", "cli")
-    set_columns(store, "idle", started_at=time.time() - 10 * DAY)
+    await set_columns(store, "idle", started_at=time.time() - 10 * DAY)
     assert await store.maybe_auto_archive(idle_days=3) == {"skipped": False, "archived": 1}
     assert await store.maybe_auto_archive(idle_days=3) == {"skipped": True, "archived": 0}
     assert await store.get_meta("last_auto_archive") is not None
@@ -242,6 +238,7 @@ async def test_auto_prune_and_archive_are_throttled_and_never_raise(store: Sessi
 # ------------------------------------------------------------------- storage
 
 
+@pytest.mark.backends("sqlite")  # FTS5 tables and the file's own integrity check; PostgreSQL twin below
 async def test_vacuum_reclaims_space_and_logical_size(store: SessionDB) -> None:
     await store.create_session("big", "cli")
     text = "lorem ipsum dolor sit amet " * 40
@@ -252,12 +249,37 @@ async def test_vacuum_reclaims_space_and_logical_size(store: SessionDB) -> None:
     assert await store.vacuum() == 2  # messages_fts + messages_fts_trigram
     after = await store.logical_size_bytes()
     assert after is not None and after < before / 3
-    with sqlite3.connect(store.db_path) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert (await fetch_rows(store, "PRAGMA integrity_check"))[0][0] == "ok"
     await store.append_message("big", "user", "still writable after vacuum")
     assert await store.message_count("big") == 1
 
 
+@pytest.mark.backends("postgres")
+async def test_vacuum_merges_search_indexes_and_analyzes(store: SessionDB) -> None:
+    await store.create_session("big", "cli")
+    text = "lorem ipsum dolor sit amet " * 40
+    await store.append_messages_batch("big", [{"role": "user", "content": f"{i} {text}"} for i in range(1500)])
+    before = await store.logical_size_bytes()
+    assert before is not None and before > 1_000_000
+    await store.clear_messages("big")
+    gin = await fetch_rows(
+        store,
+        "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'messages' "
+        "AND indexdef LIKE '%USING gin%'",
+    )
+    assert await store.vacuum() == gin[0][0] >= 1  # every search index's pending list merged
+    analyzed = await fetch_rows(
+        store, "SELECT last_vacuum IS NOT NULL, last_analyze IS NOT NULL FROM pg_stat_user_tables "
+        "WHERE schemaname = current_schema() AND relname = 'messages'",
+    )
+    assert analyzed == [(True, True)]
+    after = await store.logical_size_bytes()
+    assert after is not None and after < before  # the emptied heap is truncated
+    await store.append_message("big", "user", "still writable after vacuum")
+    assert await store.message_count("big") == 1
+
+
+@pytest.mark.backends("sqlite")  # a SQLite file lock held by another connection
 async def test_vacuum_busy_file_fails_fast(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     blocker = driver_module().connect(str(store.db_path), isolation_level=None)

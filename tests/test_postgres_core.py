@@ -91,7 +91,14 @@ async def test_missing_objects_are_restored_and_current_schema_runs_no_ddl(pg_ds
             facts = db._backend._facts  # type: ignore[attr-defined]
             assert facts["reconciled"] is True
         assert await conn.fetchval("SELECT to_regclass('idx_sessions_parent') IS NOT NULL")
-        assert await conn.fetchval("SELECT count(*) FROM pg_constraint WHERE conname = 'fk_messages_session_id'") == 1
+        # pg_constraint spans every schema; other tests' schemas hold the same name.
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_constraint WHERE conname = 'fk_messages_session_id'"
+                " AND connamespace = current_schema()::regnamespace"
+            )
+            == 1
+        )
         async with SessionDB(pg_dsn) as db:
             await db.get_session("s")
             assert db._backend._facts["reconciled"] is False  # type: ignore[attr-defined]

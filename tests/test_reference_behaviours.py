@@ -12,10 +12,12 @@ from hermes_state import (
     SessionResumeTooLargeError,
 )
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
+# PostgreSQL: resume, rewind and compression guards belong to pgA's group; until its queries land on main
+# those tests stay SQLite-only (drop each mark then). The import tests run on both backends.
+pending_on_postgres = pytest.mark.backends("sqlite")
 
 
+@pending_on_postgres
 async def test_session_switch_reset_child_is_not_a_resume_target(store: SessionDB) -> None:
     await store.create_session("parent", "telegram", session_key="chat-1")
     await store.append_message("parent", "user", "old conversation")
@@ -26,6 +28,7 @@ async def test_session_switch_reset_child_is_not_a_resume_target(store: SessionD
     assert await store.resolve_resume_session_id("reset") == "reset"
 
 
+@pending_on_postgres
 async def test_session_switch_child_with_another_key_still_continues(store: SessionDB) -> None:
     await store.create_session("parent", "telegram", session_key="chat-1")
     await store.end_session("parent", "session_switch")
@@ -40,6 +43,7 @@ async def test_session_switch_child_with_another_key_still_continues(store: Sess
     assert await store.resolve_resume_session_id("idle") == "next"
 
 
+@pending_on_postgres
 async def test_rewind_returns_display_metadata_as_stored_text(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     metadata = {"task_count": 2, "labels": ["a", "ü"]}
@@ -78,6 +82,7 @@ async def test_import_keeps_a_parent_that_comes_later_in_the_payload(store: Sess
     assert (await store.get_session("later"))["parent_session_id"] == "stored"
 
 
+@pending_on_postgres
 async def test_zero_limit_disables_the_guards_and_returns_the_count(store: SessionDB) -> None:
     await store.create_session("p", "cli")
     await store.append_messages_batch("p", [{"role": "user", "content": f"m{i}"} for i in range(3)])

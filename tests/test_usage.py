@@ -13,22 +13,20 @@ from hermes_state import SessionDB, StoreClosedError
 from hermes_state.commands.usage import UpdateTokenCounts
 from hermes_state.methods.usage import coalesce_token_deltas
 from hermes_state.sqlite.driver import driver_module
-from tests.test_listing import raw_exec
+from tests.raw_sql import fetch_rows, is_postgres, raw_exec
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
 
 
 def delta(session_id: str = "s", **fields: Any) -> UpdateTokenCounts:
     return UpdateTokenCounts(session_id=session_id, now=fields.pop("now", 1.0), **fields)
 
 
-def ledger(db: SessionDB) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db.db_path) as conn:
-        return conn.execute(
-            "SELECT session_id, model, billing_provider, task, api_call_count, input_tokens, output_tokens, "
-            "estimated_cost_usd FROM session_model_usage ORDER BY session_id, model, task"
-        ).fetchall()
+async def ledger(db: SessionDB) -> list[tuple[Any, ...]]:
+    return await fetch_rows(
+        db,
+        "SELECT session_id, model, billing_provider, task, api_call_count, input_tokens, output_tokens, "
+        "estimated_cost_usd FROM session_model_usage ORDER BY session_id, model, task",
+    )
 
 
 # ------------------------------------------------------------------ coalescing
@@ -73,7 +71,7 @@ async def test_queued_deltas_sum_up_in_one_transaction(store: SessionDB) -> None
     assert (s["input_tokens"], s["output_tokens"], s["api_call_count"]) == (400, 200, 200)
     assert s["estimated_cost_usd"] == pytest.approx(50.0)
     assert (s["model"], s["billing_provider"]) == ("m", "p")
-    assert ledger(store) == [("s", "m", "p", "", 200, 400, 200, pytest.approx(50.0))]
+    assert await ledger(store) == [("s", "m", "p", "", 200, 400, 200, pytest.approx(50.0))]
     # 200 awaited calls, but the drains coalesced them into a handful of transactions
     assert store._actor.batches - batches_before <= 5
 
@@ -86,7 +84,7 @@ async def test_absolute_deltas_are_barriers_in_call_order(store: SessionDB) -> N
     s = await store.get_session("s")
     assert s is not None and s["input_tokens"] == 103 and s["source"] == "unknown"  # auto-created
     # the ledger only sees incremental deltas
-    assert ledger(store) == [("s", "unknown", "", "", 0, 8, 0, 0.0)]
+    assert await ledger(store) == [("s", "unknown", "", "", 0, 8, 0, 0.0)]
 
 
 async def test_flush_without_anything_queued_does_no_io(db_path: Path) -> None:
@@ -101,6 +99,7 @@ async def test_flush_without_anything_queued_does_no_io(db_path: Path) -> None:
         await db.close()
 
 
+@pytest.mark.backends("sqlite")  # a SQLite file lock; the PostgreSQL twin holds the session row lock
 async def test_flush_times_out_while_the_file_is_locked(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     blocker = driver_module().connect(str(store.db_path), isolation_level=None)
@@ -127,7 +126,7 @@ async def test_close_flushes_the_queue(db_path: Path) -> None:
     try:
         s = await reopened.get_session("s")
         assert s is not None and s["input_tokens"] == 50
-        assert [(r[1], r[5]) for r in ledger(reopened)] == [("m", 25), ("n", 25)]
+        assert [(r[1], r[5]) for r in await ledger(reopened)] == [("m", 25), ("n", 25)]
     finally:
         await reopened.close()
 
@@ -135,8 +134,14 @@ async def test_close_flushes_the_queue(db_path: Path) -> None:
 async def test_a_failing_delta_is_dropped_alone(store: SessionDB, caplog: pytest.LogCaptureFixture) -> None:
     await store.create_session("good", "cli")
     await store.create_session("bad", "cli")
-    raw_exec(store, "CREATE TRIGGER refuse_bad BEFORE UPDATE OF input_tokens ON sessions WHEN new.id = 'bad' "
-                    "BEGIN SELECT RAISE(ABORT, 'refused by test trigger'); END")
+    if is_postgres(store):  # the same refusal in each dialect's trigger language
+        await raw_exec(store, "CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS "
+                              "$$ BEGIN RAISE EXCEPTION 'refused by test trigger'; END $$")
+        await raw_exec(store, "CREATE TRIGGER refuse_bad BEFORE UPDATE OF input_tokens ON sessions FOR EACH ROW "
+                              "WHEN (new.id = 'bad') EXECUTE FUNCTION refuse_bad()")
+    else:
+        await raw_exec(store, "CREATE TRIGGER refuse_bad BEFORE UPDATE OF input_tokens ON sessions "
+                              "WHEN new.id = 'bad' BEGIN SELECT RAISE(ABORT, 'refused by test trigger'); END")
     await store.queue_token_counts("good", input_tokens=1)
     await store.queue_token_counts("bad", input_tokens=1)
     await store.queue_token_counts("good", input_tokens=2)
@@ -144,7 +149,28 @@ async def test_a_failing_delta_is_dropped_alone(store: SessionDB, caplog: pytest
     assert (await store.get_session("good") or {})["input_tokens"] == 3
     assert (await store.get_session("bad") or {})["input_tokens"] == 0
     assert "refused by test trigger" in caplog.text
-    assert [r[0] for r in ledger(store)] == ["good"]  # the bad delta's ledger row rolled back too
+    assert [r[0] for r in await ledger(store)] == ["good"]  # the bad delta's ledger row rolled back too
+
+
+@pytest.mark.backends("postgres")
+async def test_flush_times_out_while_another_worker_holds_the_session(store: SessionDB) -> None:
+    import asyncpg
+
+    from hermes_state.postgres.dsn import asyncpg_dsn
+
+    await store.create_session("s", "cli")
+    blocker = await asyncpg.connect(asyncpg_dsn(store._dsn))  # type: ignore[attr-defined]
+    try:
+        holding = blocker.transaction()
+        await holding.start()
+        await blocker.execute("SELECT id FROM sessions WHERE id = 's' FOR UPDATE")
+        await store.queue_token_counts("s", input_tokens=1)
+        assert await store.flush_token_counts(timeout=0.3) is False
+        await holding.rollback()
+    finally:
+        await blocker.close()
+    assert await store.flush_token_counts(timeout=30) is True
+    assert (await store.get_session("s") or {})["input_tokens"] == 1
 
 
 async def test_model_switch_and_reads_flush_first(store: SessionDB) -> None:
@@ -205,6 +231,6 @@ async def test_concurrent_producers_and_auxiliary_usage(store: SessionDB) -> Non
     assert await store.flush_token_counts()
     totals = [(await store.get_session(f"s{n}") or {})["input_tokens"] for n in range(5)]
     assert totals == [40] * 5
-    rows = ledger(store)
+    rows = await ledger(store)
     assert ("s0", "small", "", "title", 1, 3, 0, pytest.approx(0.01)) in rows
     assert sum(1 for r in rows if r[3] == "") == 5

@@ -21,9 +21,16 @@ import pytest
 from hermes_state import SessionDB
 from hermes_state.encoding import JSON_CONTENT_PREFIX, decode_content, join_content, split_content
 from hermes_state.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH
+from tests.raw_sql import fetch_rows
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
+# PostgreSQL: methods whose backend queries belong to groups not on main yet (compression/rewind: pgA,
+# search: pgC). Tests that need them stay SQLite-only until they land; drop the marks then.
+PENDING_ON_POSTGRES = {
+    "assert_resume_safe", "restore_rewound", "rewind_to_message", "search_messages", "search_sessions",
+    "set_compression_fallback_streak", "set_compression_ineffective_count",
+}
+pending_on_postgres = pytest.mark.backends("sqlite")
+
 
 MARKER_STRINGS = [
     "\x00json:[1, 2]",
@@ -188,6 +195,7 @@ async def test_numeric_and_boolean_content_keeps_its_type(store: SessionDB) -> N
     assert same([r["content"] for r in await store.get_messages("copy")], SCALARS + SCALARS)
 
 
+@pending_on_postgres  # archive_and_compact, publish_compression_child
 async def test_compaction_writers_keep_content_types(store: SessionDB) -> None:
     values: list[Any] = [7, True, 2.5, "\x00json:[1, 2]", {"a": [1, None]}]
     await store.create_session("s", "cli")
@@ -260,6 +268,7 @@ async def test_deep_nesting_is_a_value_error_naming_the_limit(store: SessionDB) 
         await store.append_message("s", "user", nested(MAX_JSON_DEPTH + 1))
 
 
+@pending_on_postgres  # search_messages with the largest limits
 async def test_integers_past_64_bits_are_refused_naming_the_argument(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     await store.append_message("s", "user", "keep")
@@ -370,9 +379,27 @@ async def test_every_numeric_argument_refuses_out_of_range_values(
     assert [r["content"] for r in await store.get_messages("s")] == ["keep"]
 
 
-@pytest.mark.parametrize(("method", "arg", "kind"), [p for p in NUMERIC_PARAMETERS if p[2] == "int"], ids=str)
+@pytest.mark.parametrize(
+    ("method", "arg", "kind"),
+    [p for p in NUMERIC_PARAMETERS if p[2] == "int" and p[0] not in PENDING_ON_POSTGRES], ids=str,
+)
 async def test_every_int_argument_takes_the_64_bit_extremes(store: SessionDB, method: str, arg: str, kind: str) -> None:
     """The extremes either work or fail with a documented ValueError (a negative limit, an unknown row id)."""
+    await _takes_the_64_bit_extremes(store, method, arg)
+
+
+@pending_on_postgres
+@pytest.mark.parametrize(
+    ("method", "arg", "kind"),
+    [p for p in NUMERIC_PARAMETERS if p[2] == "int" and p[0] in PENDING_ON_POSTGRES], ids=str,
+)
+async def test_every_int_argument_takes_the_64_bit_extremes_pending(
+    store: SessionDB, method: str, arg: str, kind: str
+) -> None:
+    await _takes_the_64_bit_extremes(store, method, arg)
+
+
+async def _takes_the_64_bit_extremes(store: SessionDB, method: str, arg: str) -> None:
     await store.create_session("s", "cli")
     await store.append_message("s", "user", "keep")
     for value in (INT64_MAX, INT64_MIN):
@@ -431,20 +458,58 @@ async def test_costs_saturate_at_the_largest_double(store: SessionDB) -> None:
     assert (await store.get_session("t") or {})["estimated_cost_usd"] == sys.float_info.max
 
 
-async def test_usage_ledger_saturates_too(db_path: Path) -> None:
-    async with SessionDB(db_path) as db:
-        for _ in range(2):
-            await db.update_token_counts("s", model="m", input_tokens=INT64_MAX, api_call_count=INT64_MAX)
-            await db.record_auxiliary_usage("s", "title", model="m", output_tokens=INT64_MAX)
-    with sqlite3.connect(db_path) as conn:
-        rows = conn.execute(
-            "SELECT task, api_call_count, input_tokens, output_tokens, typeof(input_tokens), typeof(output_tokens) "
-            "FROM session_model_usage ORDER BY task"
-        ).fetchall()
-    assert rows == [("", INT64_MAX, INT64_MAX, 0, "integer", "integer"), ("title", 2, 0, INT64_MAX, "integer", "integer")]
-    async with SessionDB(db_path) as db:
-        for _ in range(2):
-            await db.update_token_counts("s", model="m", input_tokens=1, estimated_cost_usd=1.5e308)
-    with sqlite3.connect(db_path) as conn:
-        (cost,) = conn.execute("SELECT estimated_cost_usd FROM session_model_usage WHERE task = ''").fetchone()
-    assert cost == sys.float_info.max
+async def test_usage_ledger_saturates_too(store: SessionDB) -> None:
+    for _ in range(2):
+        await store.update_token_counts("s", model="m", input_tokens=INT64_MAX, api_call_count=INT64_MAX)
+        await store.record_auxiliary_usage("s", "title", model="m", output_tokens=INT64_MAX)
+    rows = await fetch_rows(
+        store, "SELECT task, api_call_count, input_tokens, output_tokens FROM session_model_usage ORDER BY task"
+    )
+    assert rows == [("", INT64_MAX, INT64_MAX, 0), ("title", 2, 0, INT64_MAX)]
+    assert all(type(value) is int for row in rows for value in row[1:])  # integers, not REALs
+    for _ in range(2):
+        await store.update_token_counts("s", model="m", input_tokens=1, estimated_cost_usd=1.5e308)
+    assert await fetch_rows(store, "SELECT estimated_cost_usd FROM session_model_usage WHERE task = ''") == [
+        (sys.float_info.max,)
+    ]
+
+
+# ------------------------------------------------------------ NUL in text fields
+
+NUL_TEXT = "before\x00after"
+
+
+@pytest.mark.backends("sqlite")
+async def test_sqlite_keeps_nul_in_every_text_field(store: SessionDB) -> None:
+    await store.create_session("s", "cli", model=NUL_TEXT, cwd=NUL_TEXT)
+    await store.append_message("s", "tool", NUL_TEXT, tool_name=NUL_TEXT, reasoning=NUL_TEXT)
+    (row,) = await store.get_messages("s")
+    assert (row["content"], row["tool_name"], row["reasoning"]) == (NUL_TEXT, NUL_TEXT, NUL_TEXT)
+    session = await store.get_session("s") or {}
+    assert (session["model"], session["cwd"]) == (NUL_TEXT, NUL_TEXT)
+
+
+@pytest.mark.backends("postgres")
+async def test_postgres_refuses_nul_outside_content_at_the_call_site(store: SessionDB) -> None:
+    """TEXT cannot hold NUL: content keeps it exactly, other text is refused before anything is queued."""
+    await store.create_session("s", "cli")
+    await store.append_message("s", "user", NUL_TEXT)
+    batches = store._actor.batches
+    refused = [
+        (r"messages\[0\]: tool_name", store.append_message("s", "tool", "x", tool_name=NUL_TEXT)),
+        (r"messages\[1\]: reasoning", store.append_messages_batch(
+            "s", [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "x", "reasoning": NUL_TEXT}])),
+        ("model", store.create_session("t", "cli", model=NUL_TEXT)),
+        ("cwd", store.update_session_cwd("s", NUL_TEXT)),
+        ("model", store.update_token_counts("s", input_tokens=1, model=NUL_TEXT)),
+        ("model", store.queue_token_counts("s", input_tokens=1, model=NUL_TEXT)),
+        (r"messages\[0\]: tool_call_id", store.replace_messages("s", [{"role": "tool", "content": "x", "tool_call_id": NUL_TEXT}])),
+    ]
+    for field, call in refused:
+        with pytest.raises(ValueError, match=rf"^{field} must not contain NUL characters"):
+            await call
+    assert store._actor.batches == batches  # nothing reached the writer
+    assert await store.flush_token_counts()
+    assert [r["content"] for r in await store.get_messages("s")] == [NUL_TEXT]
+    assert await store.get_session("t") is None
+    assert (await store.get_session("s") or {})["input_tokens"] == 0

@@ -264,3 +264,23 @@ async def test_poisoned_batch_falls_back_to_savepoints_and_neighbours_commit(sto
     assert await store.get_session("orphan") is None
     ended = await store.get_session("s1")
     assert ended is not None and ended["end_reason"] == "done"
+
+
+async def test_old_variable_limit_keeps_statements_small_and_rows_exact(
+    store: SessionDB, db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hermes_state.sqlite.handlers import message_rows
+
+    # A build with the pre-3.32 default of 999 bound values per statement.
+    monkeypatch.setattr(message_rows, "_variable_limit", lambda: 999)
+    assert max(chunk_sizes(300)) == 999 // len(MESSAGE_COLUMNS)
+    messages = _messages(300, "old")
+    await store.create_session("s", "test")
+    statements = _trace(store)
+    assert await store.append_messages_batch("s", messages) == 300
+    inserts = [s for s in statements if s.startswith("INSERT INTO MESSAGES")]
+    assert len(inserts) == len(chunk_sizes(300))
+    ts = 2 * MESSAGE_COLUMNS[1:].index("timestamp")
+    strip = lambda r: r[: ts + 1] + r[ts + 2 :]  # noqa: E731
+    expected = _reference_rows(tmp_path / "reference.db", encode_message_dicts(messages))
+    assert [strip(r) for r in _raw(db_path, "s")] == [strip(r) for r in expected]

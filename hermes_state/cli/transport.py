@@ -79,6 +79,17 @@ def parents_first(rows: list[tuple[str, str | None]]) -> list[str]:
 
 async def session_ids(db: Any, source: str | None = None) -> list[str]:
     """Every session id of the store (children and archived included), parents first."""
+    try:
+        rows = await _listed_sessions(db, source)
+    except NotImplementedError:
+        # A backend without the session listing: walk the export iterator
+        # instead (it reads every message once more, one session at a time).
+        rows = [(s["id"], s.get("parent_session_id")) async for s in db.iter_export_all(source, max_messages=0)]
+    rows.reverse()  # oldest first: a stable, mostly parents-first start
+    return parents_first(rows)
+
+
+async def _listed_sessions(db: Any, source: str | None) -> list[tuple[str, str | None]]:
     rows: list[tuple[str, str | None]] = []
     seen: set[str] = set()
     offset = 0
@@ -89,10 +100,8 @@ async def session_ids(db: Any, source: str | None = None) -> list[str]:
                 seen.add(row["id"])
                 rows.append((row["id"], row.get("parent_session_id")))
         if len(page) < LISTING_PAGE:
-            break
+            return rows
         offset += LISTING_PAGE
-    rows.reverse()  # oldest activity first: a stable, mostly parents-first start
-    return parents_first(rows)
 
 
 def _digest_value(message: dict[str, Any]) -> dict[str, Any]:

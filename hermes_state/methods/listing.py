@@ -376,7 +376,7 @@ class ListingMethods(StoreBase):
 
     async def get_session_model_config_value(self, session_id: str, key: str, default: Any = None) -> Any:
         """Return ``model_config[key]``, or ``default`` when the session, the key or valid JSON is missing."""
-        from ..sqlite.queries.listing import parse_model_config
+        from ..previews import parse_model_config
 
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, not {type(key).__name__}")

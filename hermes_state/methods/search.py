@@ -28,7 +28,7 @@ from ..commands.search import (
     ResetStaleCjkIndex,
     SettleFtsStorage,
 )
-from ..errors import OperationalError
+from ..errors import OperationalError, SearchTimeoutError
 from ..facade import StoreBase, count_arg, opt_text
 from ..limits import INT64_MAX
 
@@ -49,6 +49,7 @@ SEARCH_RESULT_FIELDS = (
     "context",
 )
 DEFAULT_SEARCH_SLOW_MS = 1000.0
+DEFAULT_SEARCH_TIMEOUT_MS = 10000.0
 # optimize_fts_storage gives up on a phase after this many failed steps in a row.
 MAX_FAILED_STEPS = 20
 
@@ -101,6 +102,11 @@ def _slow_ms(config: Any) -> float:
         return DEFAULT_SEARCH_SLOW_MS
 
 
+def _timeout_ms(config: Any) -> float:
+    raw = getattr(getattr(config, "sessions", None), "search_timeout_ms", None)
+    return DEFAULT_SEARCH_TIMEOUT_MS if raw is None else float(raw)
+
+
 def _id_rank(row: dict[str, Any], needle: str) -> int:
     ids = [str(row.get(key) or "").lower() for key in ("id", "_lineage_root_id")]
     ids = [i for i in ids if i]
@@ -139,6 +145,10 @@ class SearchMethods(StoreBase):
         ``role_filter=[]`` means no role filter. ``sort`` is ``"newest"``,
         ``"oldest"`` or anything else for relevance. Compacted history is
         searched unless ``include_inactive`` widens it to every row.
+
+        A search that runs longer than ``sessions.search_timeout_ms`` (or
+        whose caller is cancelled) is interrupted on its connection; the
+        deadline raises :class:`~hermes_state.errors.SearchTimeoutError`.
         """
         projection = search_fields(fields)
         if query is not None and not isinstance(query, str):
@@ -156,9 +166,21 @@ class SearchMethods(StoreBase):
         if not query or not query.strip():
             return []
         with_context = projection is None or "context" in projection
-        slow_ms = _slow_ms(getattr(self._backend, "config", None))
-        args = (query, sources, excluded, roles, limit, offset, order, bool(include_inactive), with_context)
-        hits = await self._search_with_repair(args, slow_ms)
+        with_snippet = projection is None or "snippet" in projection
+        config = getattr(self._backend, "config", None)
+        slow_ms = _slow_ms(config)
+        timeout_ms = _timeout_ms(config)
+        args = (query, sources, excluded, roles, limit, offset, order, bool(include_inactive), with_context, with_snippet)
+        limit_s = timeout_ms / 1000.0 if 0 < timeout_ms < float("inf") else None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            # wait_for, not asyncio.timeout: the package supports Python 3.10.
+            hits = await asyncio.wait_for(self._search_with_repair(args, slow_ms), limit_s)
+        except asyncio.TimeoutError:
+            if limit_s is None or loop.time() - started < limit_s:
+                raise  # a timeout from inside the search, not the deadline
+            raise SearchTimeoutError(timeout_ms) from None
         if projection is not None:
             hits = [{f: hit[f] for f in projection if f in hit} for hit in hits]
         return hits

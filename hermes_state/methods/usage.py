@@ -120,6 +120,7 @@ class UsageMethods(StoreBase):
         delta = token_delta(session_id, kwargs)
         if self.read_only:
             raise self._backend.readonly_error()
+        self._check_storable(delta)
         if self.closed:
             await self.update_token_counts(session_id, **kwargs)  # type: ignore[attr-defined]
             return

@@ -25,6 +25,7 @@ from .errors import is_busy, is_disconnect, unavailable
 from .pool import ConnectionPool
 from .queries import query_for
 from .schema import check_schema_read_only, ensure_schema
+from .text_values import nul_refusal
 from .writer import apply_batch
 
 __all__ = ["PostgresBackend", "PostgresReader", "load_driver"]
@@ -126,6 +127,10 @@ class PostgresBackend:
 
     def is_busy_error(self, exc: BaseException) -> bool:
         return is_busy(exc)
+
+    def command_refusal(self, command: Command) -> Exception | None:
+        """The call-site error for text this backend cannot store (NUL outside message content), else None."""
+        return nul_refusal(command)
 
     def readonly_error(self) -> Exception:
         return PermissionError(READ_ONLY_MESSAGE)

@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "FOREIGN_KEYS",
+    "FUNCTIONS",
     "INDEXES",
     "MIGRATION_LOCK_KEY",
     "SCHEMA_VERSION",
@@ -137,6 +138,19 @@ INDEXES: dict[str, str] = {
 }
 _UNIQUE_INDEXES = {"idx_sessions_title_unique": "sessions (title) WHERE title IS NOT NULL"}
 
+# name -> CREATE OR REPLACE statement. ``hermes_config_marker(model_config, key)`` is
+# SQLite's ``CASE WHEN json_valid(c) THEN json_extract(c, '$.key') END`` as text:
+# PostgreSQL 15 has no json_valid and a failed cast would abort the statement.
+FUNCTIONS: dict[str, str] = {
+    "hermes_config_marker": (
+        "CREATE OR REPLACE FUNCTION hermes_config_marker(config text, key text) RETURNS text "
+        "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$ BEGIN "
+        "IF config IS NULL OR strpos(config, key) = 0 THEN RETURN NULL; END IF; "
+        "RETURN config::json ->> key; "
+        "EXCEPTION WHEN others THEN RETURN NULL; END $fn$"
+    ),
+}
+
 
 def _create_table_sql(table: str) -> str:
     parts = [f'"{name}" {kind}' for name, kind in TABLES[table]]
@@ -171,6 +185,17 @@ async def _catalog(conn: Any) -> tuple[dict[str, set[str]], set[str], set[str]]:
     return columns, indexes, fks
 
 
+async def _functions(conn: Any) -> set[str]:
+    return {
+        r[0]
+        for r in await conn.fetch(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = current_schema() AND p.proname = ANY($1::text[])",
+            list(FUNCTIONS),
+        )
+    }
+
+
 def _is_current(columns: dict[str, set[str]], indexes: set[str], fks: set[str]) -> bool:
     return (
         all(set(name for name, _ in cols) <= columns.get(table, set()) for table, cols in TABLES.items())
@@ -199,7 +224,8 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
         columns, indexes, fks = await _catalog(conn)
         versions = await _versions(conn) if "schema_version" in columns else []
         _refuse_newer(versions)
-        if versions == [SCHEMA_VERSION] and _is_current(columns, indexes, fks):
+        functions = await _functions(conn)
+        if versions == [SCHEMA_VERSION] and _is_current(columns, indexes, fks) and set(FUNCTIONS) <= functions:
             return {"schema_version": SCHEMA_VERSION, "reconciled": False}
         if "schema_version" not in columns and "sessions" in columns:
             if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
@@ -222,6 +248,9 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
         for name, body in _UNIQUE_INDEXES.items():
             if name not in indexes:
                 await conn.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS "{name}" ON {body}')
+        for name, statement in FUNCTIONS.items():
+            if name not in functions:
+                await conn.execute(statement)
         _refuse_newer(await _versions(conn))
         await conn.execute("DELETE FROM schema_version")
         await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", SCHEMA_VERSION)

@@ -1,12 +1,16 @@
-"""The SQLite backend: one writer connection for the actor, one query-only reader."""
+"""The SQLite backend: one writer connection for the actor, a pool of query-only readers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sqlite3
+import sys
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -15,9 +19,16 @@ from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError
 from .damage import damaged_tables, is_malformed_error
-from .driver import driver_name, open_connection, run_on, sqlite_version_info
+from .driver import (
+    driver_name,
+    open_connection,
+    run_on,
+    sqlite_version_info,
+    submit,
+    to_stdlib_error,
+)
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
-from .queries import query_for
+from .queries import SEARCH_QUERIES, query_for
 from .safety import quarantine_zeroed_state_db, record_init_error
 from .schema import ensure_schema
 from .search.cjk import load_fts5_cjk_extension
@@ -109,37 +120,174 @@ def _checkpoint(conn: Any) -> None:
         log.debug("checkpoint on close failed", exc_info=True)
 
 
+# A cancelled read is aborted by SQLite's progress handler within this many
+# virtual-machine steps, even between two statements of one query function
+# (where ``interrupt()`` alone would be a no-op).
+PROGRESS_STEPS = 1000
+
+
+class _Read:
+    """One read in flight; cancelling it aborts its statements on the connection."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def progress(self) -> int:
+        # SQLite's progress handler: a non-zero return aborts the statement.
+        return 1 if self.cancelled else 0
+
+
+class _Lane:
+    """One query-only connection and what runs on it."""
+
+    __slots__ = ("background", "busy", "conn", "lock", "reads", "running", "searches")
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+        self.background = False  # searches run here; its thread yields the CPU to the others
+        self.busy = 0
+        self.searches = 0
+        self.reads: set[_Read] = set()
+        self.running: _Read | None = None  # set on the connection thread
+        self.lock = threading.Lock()  # pairs ``running`` with ``interrupt()``
+
+    def _interrupt_connection(self) -> None:
+        try:
+            self.conn._conn.interrupt()  # thread-safe by SQLite's contract
+        except Exception:  # already closed: nothing runs there any more
+            log.debug("interrupt of a closed reader", exc_info=True)
+
+    def cancel(self, read: _Read) -> None:
+        """Abort ``read``: at once if it is running, before its first statement if it is still queued."""
+        read.cancelled = True
+        with self.lock:
+            if self.running is read:
+                self._interrupt_connection()
+
+    def cancel_all(self) -> None:
+        """Abort every read queued or running on this connection."""
+        with self.lock:
+            for read in self.reads:
+                read.cancelled = True
+            self._interrupt_connection()
+
+
+# Nice increment of the threads of the search connections: a search that
+# keeps a core busy (a huge row, a query matching half the store) then takes
+# CPU time from the other readers and the event loop only when they idle.
+SEARCH_THREAD_NICE = 5
+
+
+def _yield_cpu(raw: Any) -> None:
+    """Lower the calling connection thread's CPU priority (Linux: per thread; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + SEARCH_THREAD_NICE))
+    except OSError:
+        log.debug("could not lower the search thread's priority", exc_info=True)
+
+
+def _guarded(raw: Any, lane: _Lane, read: _Read, fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn`` on the connection thread so that cancelling ``read`` stops it, then reset the connection."""
+    with lane.lock:
+        if read.cancelled:
+            raise sqlite3.OperationalError("interrupted")
+        lane.running = read
+    raw.set_progress_handler(read.progress, PROGRESS_STEPS)
+    try:
+        return fn(raw, *args)
+    finally:
+        with lane.lock:
+            lane.running = None
+        raw.set_progress_handler(None, 0)
+        if raw.in_transaction:  # an aborted read can leave its snapshot open
+            try:
+                raw.execute("ROLLBACK")
+            except Exception:
+                log.debug("rollback after an aborted read failed", exc_info=True)
+
+
 class SQLiteReader:
     """Runs named read queries on the query-only connections, one thread hop per call.
 
-    Each call goes to the connection with the fewest calls in flight, so one
-    slow search does not queue the other agents' reads behind it (SQLite
-    releases the GIL while it steps, and WAL readers do not block each other).
+    Pool policy: a plain read goes to the connection with no search running
+    and the fewest calls in flight; searches run on at most
+    ``read_connections - 1`` connections at a time (they wait for a slot),
+    so with two or more connections a plain read never queues behind a
+    search. A read whose caller is cancelled is interrupted on its
+    connection (``Connection.interrupt`` plus a progress handler), which is
+    usable again as soon as the aborted statement returns; ``close()``
+    interrupts every running read.
     """
 
-    def __init__(self, backend: "SQLiteBackend") -> None:
+    def __init__(self, backend: SQLiteBackend) -> None:
         self._backend = backend
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(raw_connection, *args)`` on the least busy reader thread."""
-        readers = self._backend._readers
-        if not readers:
+    async def run(self, fn: Callable[..., T], *args: Any, search: bool = False) -> T:
+        """Run ``fn(raw_connection, *args)`` on a reader thread chosen by the pool policy; returns its result."""
+        backend = self._backend
+        if not backend._lanes:
             raise StoreClosedError()
-        busy = self._backend._reader_busy
-        index = min(range(len(readers)), key=busy.__getitem__)
-        busy[index] += 1
+        slots = backend._search_slots if search else None
+        if slots is not None:
+            await slots.acquire()
+        lanes = backend._lanes
+        if not lanes:
+            if slots is not None:
+                slots.release()
+            raise StoreClosedError()
+        if search:
+            lane = min((item for item in lanes if item.background or len(lanes) == 1), key=lambda item: (item.searches, item.busy))
+        else:
+            lane = min(lanes, key=lambda item: (item.searches, item.busy, item.background))
+        read = _Read()
+        lane.busy += 1
+        lane.searches += search
+        lane.reads.add(read)
         try:
-            return await run_on(readers[index], fn, *args)
+            work = submit(lane.conn, _guarded, lane, read, fn, *args)
+        except ValueError:  # the connection closed under us
+            self._release(lane, read, search, slots)
+            raise StoreClosedError() from None
+
+        def finished(done: asyncio.Future[T]) -> None:
+            # The connection is free only when the thread returns, which may
+            # be after a cancelled caller has gone.
+            self._release(lane, read, search, slots)
+            if not done.cancelled():
+                done.exception()  # retrieved here so an abandoned failure is not logged
+
+        work.add_done_callback(finished)
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            lane.cancel(read)
+            raise
         except Exception as exc:
-            if not is_malformed_error(exc):
+            if read.cancelled and not backend._lanes:
+                raise StoreClosedError() from None
+            converted = to_stdlib_error(exc)
+            if is_malformed_error(converted):
+                raise await backend.explain_damage(lane.conn, converted) from exc
+            if converted is exc:
                 raise
-            raise await self._backend.explain_damage(readers[index], exc) from exc
-        finally:
-            busy[index] -= 1
+            raise converted from None
+
+    @staticmethod
+    def _release(lane: _Lane, read: _Read, search: bool, slots: asyncio.Semaphore | None) -> None:
+        lane.busy -= 1
+        lane.searches -= search
+        lane.reads.discard(read)
+        if slots is not None:
+            slots.release()
 
     async def query(self, name: str, *args: Any) -> Any:
         """Run the registered query ``name`` with ``args``; returns what it returns."""
-        return await self.run(query_for(name), *args)
+        return await self.run(query_for(name), *args, search=name in SEARCH_QUERIES)
 
 
 class SQLiteBackend:
@@ -156,8 +304,8 @@ class SQLiteBackend:
         self.config = StoreConfig()
         self.reader = SQLiteReader(self)
         self._writer_conn: aiosqlite.Connection | None = None
-        self._readers: list[aiosqlite.Connection] = []
-        self._reader_busy: list[int] = []
+        self._lanes: list[_Lane] = []
+        self._search_slots: asyncio.Semaphore | None = None
         self._facts: dict[str, Any] = {}
         # Set by the first error that shows damaged pages outside the FTS
         # indexes; from then on this store refuses every write.
@@ -179,13 +327,18 @@ class SQLiteBackend:
             cjk = self.read_only or bool(self._facts.get("cjk"))
             for _ in range(self.config.database.read_connections):
                 reader = await open_connection(uri, uri=True, timeout=READER_BUSY_TIMEOUT_MS / 1000)
-                self._readers.append(reader)
-                self._reader_busy.append(0)
+                self._lanes.append(_Lane(reader))
                 facts = await run_on(reader, _setup_reader, self.config, cjk, self.home)
                 for key, value in facts.items():
                     self._facts.setdefault(key, value)
             if uri.endswith("&immutable=1"):
                 self._facts["journal_mode"] = "wal"  # an immutable read reports the default, not the file's mode
+            # Searches run on every connection but the first (when there are two
+            # or more), one at a time each, at a lower CPU priority.
+            for lane in self._lanes[1:]:
+                lane.background = True
+                await run_on(lane.conn, _yield_cpu)
+            self._search_slots = asyncio.Semaphore(max(1, len(self._lanes) - 1))
         except BaseException as exc:
             record_init_error(f"{type(exc).__name__}: {exc}")
             await self.close()
@@ -268,10 +421,13 @@ class SQLiteBackend:
         }
 
     async def close(self) -> None:
-        readers, self._readers, self._reader_busy = self._readers, [], []
+        lanes, self._lanes = self._lanes, []
         writer, self._writer_conn = self._writer_conn, None
-        for reader in readers:
-            await reader.close()
+        # Running reads are interrupted, not waited for: their callers get StoreClosedError.
+        for lane in lanes:
+            lane.cancel_all()
+        for lane in lanes:
+            await lane.conn.close()
         if writer is not None:
             # A damaged file gets no checkpoint either: the WAL stays beside it for the repair.
             if self._facts.get("journal_mode") == "wal" and self.damaged is None:

@@ -12,6 +12,7 @@ one thread hop does all the work; :func:`run_on` is that one place.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import sqlite3
@@ -27,6 +28,7 @@ __all__ = [
     "is_sqlite_wal_reset_vulnerable",
     "open_connection",
     "run_on",
+    "submit",
     "to_stdlib_error",
 ]
 
@@ -111,6 +113,22 @@ async def run_on(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -
         if converted is exc:
             raise
         raise converted from None
+
+
+def submit(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """Queue ``fn(raw_connection, *args)`` on the connection's thread; returns its future.
+
+    Like :func:`run_on` without a coroutine around it, for callers that
+    must keep track of the work after they stop waiting for it (the future
+    resolves when the thread is done). Errors are the driver's own: pass
+    them through :func:`to_stdlib_error`. Raises ``ValueError`` on a closed
+    connection.
+    """
+    if not conn._running or conn._connection is None:
+        raise ValueError("Connection closed")
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    conn._tx.put_nowait((future, functools.partial(fn, conn._connection, *args)))
+    return future
 
 
 def to_stdlib_error(exc: BaseException) -> BaseException:

@@ -1,8 +1,9 @@
 """Message rows to SQLite as one multi-row ``INSERT`` per chunk, never one statement per row.
 
-Every statement that writes ``messages`` makes FTS5 flush the pending terms of
-each index (and run its merges) when the next statement starts; per-row
-statements pay that once per row, which used to be most of a batch's CPU. A
+Every statement that writes ``messages`` pays FTS5's per-statement work for
+both indexes (flushing pending terms, merging segments); with one statement
+per row that used to be most of a batch's CPU (``bench/append.py`` shows
+per-row ``executemany`` at a quarter of the rows/s of these statements). A
 multi-row ``VALUES`` list with bound parameters keeps every value's type
 exactly as a single-row insert would (bytes stay BLOBs, numbers stay numbers,
 NUL-prefixed text stays text) on every SQLite version the store supports.
@@ -83,7 +84,8 @@ def chunk_sizes(total: int) -> list[int]:
     return sizes
 
 
-@functools.lru_cache(maxsize=512)
+# Bounded: a 1,000-row statement's text is about 100 KB.
+@functools.lru_cache(maxsize=128)
 def _insert_sql(bound: tuple[bool, ...], rows: int, returning: bool) -> str:
     one = "(" + ", ".join("?" if b else "NULL" for b in bound) + ")"
     sql = f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES " + ", ".join([one] * rows)

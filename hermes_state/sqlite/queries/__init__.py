@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .registry import QUERIES, query, query_for
+from .registry import QUERIES, SEARCH_QUERIES, query, query_for, search_query
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "registry":
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["QUERIES", "query", "query_for"]
+__all__ = ["QUERIES", "SEARCH_QUERIES", "query", "query_for", "search_query"]

@@ -40,8 +40,15 @@ from ..search.sanitize import (
     sanitize_fts5_query,
     trigram_eligible,
 )
+from ..search.snippet import (
+    MAX_FTS5_SNIPPET_HITS,
+    bounded_snippet,
+    hits_exceed,
+    phrase_pattern,
+    query_phrases,
+)
 from .core import fetch_dicts, resolve_prompt, snapshot
-from .registry import query
+from .registry import query, search_query
 
 __all__ = [
     "FtsRepairNeeded",
@@ -140,6 +147,7 @@ class _Search(NamedTuple):
     sort: str | None  # "newest", "oldest" or None (rank)
     include_inactive: bool
     repairable: bool
+    with_snippet: bool
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -163,10 +171,46 @@ class _Search(NamedTuple):
         return where, params
 
 
+# Index routes hand Python at most this many bytes of a hit's content: its
+# context needs 200 characters and a snippet the first hits
+# (``_bounded_snippets`` reads the rest only when it must). Cut as bytes, so
+# NULs inside the text survive; ``_unclip`` turns the cut back into text.
+_CLIP_BYTES = 65536
+
+
+def _clipped(column: str) -> str:
+    """``column`` cut to its first bytes when long, then its type: two result columns."""
+    blob = f"CAST({column} AS BLOB)"
+    cut = f"CASE WHEN length({blob}) > {_CLIP_BYTES} THEN substr({blob}, 1, {_CLIP_BYTES}) ELSE {column} END"
+    return f"{cut}, typeof({column})"
+
+
+def _unclip(conn: Any, message_id: Any, value: Any, kind: str) -> tuple[Any, bool]:
+    """(content, was cut) from a :func:`_clipped` pair; cut encoded values are read whole again."""
+    if kind != "text" or not isinstance(value, bytes):
+        return value, False
+    if value.startswith(b"\x00"):  # an encoded value (structured content): only whole it decodes
+        return _column(conn, "content", message_id), False
+    return value.decode("utf-8", "replace"), True
+
+
+def _unclip_rows(conn: Any, rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """Rows of ``_INDEX_HIT_COLUMNS`` in the ``_HIT_COLUMNS`` layout, plus whether the content was cut."""
+    out = []
+    for row in rows:
+        content, cut = _unclip(conn, row[0], row[3], row[4])
+        out.append([*row[:3], content, *row[5:], cut])
+    return out
+
+
 _HIT_COLUMNS = (
     "m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name, "
-    "s.source, s.model, s.started_at AS session_started"
+    "s.source, s.model, s.started_at AS session_started, length(m.tool_calls)"
 )
+# The same, content cut (LIKE routes read it whole: their snippet may lie anywhere).
+_INDEX_HIT_COLUMNS = _HIT_COLUMNS.replace("m.content", _clipped("m.content"), 1)
+
+
 
 
 def _hit(row: Sequence[Any], snippet: Any) -> dict[str, Any]:
@@ -196,34 +240,71 @@ def _text(value: Any) -> Any:
 # filter applies; one retry with eight times as many, then a joined scan.
 _CANDIDATES = 64
 _CANDIDATE_GROWTH = 8
-_PROBES_PER_STATEMENT = 100
+# Hits whose context windows one statement looks up.
+_CONTEXT_CHUNK = 100
+# Ids bound into one statement (SQLite 3.40 allows 32,766 variables).
+_IDS_PER_STATEMENT = 500
 
 
-def _snippets(conn: Any, table: str, match: str, ids: Sequence[int]) -> dict[int, Any]:
-    """Snippets of the rows ``ids`` for ``match``, in as few index probes as the query allows."""
-    if not ids:
+# A row this short cannot hold enough hits to make snippet() slow.
+_SHORT_ROW_CHARS = 2 * MAX_FTS5_SNIPPET_HITS
+
+
+def _lenient(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _bounded_snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
+    """Our own snippets for the rows with too many hits for snippet(); the others are left out."""
+    long_rows = [
+        row for row in rows if (len(row[3]) if isinstance(row[3], (str, bytes)) else 0) + (row[9] or 0) > _SHORT_ROW_CHARS
+    ]
+    substring = table != "messages_fts"
+    pattern = phrase_pattern(match, substring) if long_rows else None
+    if pattern is None:
         return {}
-    snippet = f"CAST({_SNIPPET.format(t=table)} AS BLOB)"
-    if "*" in match:
-        # Each probe of a prefix query re-expands the prefix, so scan the id
-        # range once; "rowid + 0" keeps SQLite from probing value by value.
-        marks = ", ".join("?" * len(ids))
-        rows = conn.execute(
-            f"SELECT rowid, {snippet} FROM {table} WHERE {table} MATCH ? AND rowid BETWEEN ? AND ? "
-            f"AND (rowid + 0) IN ({marks})",
-            (match, min(ids), max(ids), *ids),
-        ).fetchall()
-        return dict(rows)
-    # One statement of id probes (integer ids inlined), in chunks that stay
-    # under SQLite's limit on compound SELECTs.
     found: dict[int, Any] = {}
-    for start in range(0, len(ids), _PROBES_PER_STATEMENT):
-        chunk = ids[start : start + _PROBES_PER_STATEMENT]
-        sql = " UNION ALL ".join(
-            f"SELECT {int(rowid)}, {snippet} FROM {table} WHERE {table} MATCH ?1 AND rowid = {int(rowid)}"
-            for rowid in chunk
+    for row in long_rows:
+        content = row[3]
+        tool_calls = row[9] and _column(conn, "tool_calls", row[0])
+        texts = [_lenient(content), _lenient(row[5]), _lenient(tool_calls)]
+        many = hits_exceed(pattern, texts)
+        if not many and row[10]:  # few hits in the part read: count them all
+            texts[0] = _lenient(_column(conn, "content", row[0]))
+            many = hits_exceed(pattern, texts)
+        if many:
+            found[row[0]] = next(
+                (text for text in (bounded_snippet(t, pattern, substring) for t in texts) if text is not None), None
+            )
+    return found
+
+
+def _column(conn: Any, name: str, message_id: int) -> Any:
+    row = conn.execute(f"SELECT {name} FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def _snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
+    """Snippets of ``rows`` for ``match``: our bounded snippet for rows with many hits, and
+    snippet() for the others in one unscored pass over the matches in the rows' id range.
+
+    A probe per row would re-run the MATCH once per row instead of once.
+    """
+    found = _bounded_snippets(conn, table, match, rows)
+    ids = [row[0] for row in rows if row[0] not in found]
+    snippet = f"CAST({_SNIPPET.format(t=table)} AS BLOB)"
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        chunk = ids[start : start + _IDS_PER_STATEMENT]
+        # "rowid + 0" keeps SQLite from turning the IN list into one probe per value.
+        found.update(
+            conn.execute(
+                f"SELECT rowid, {snippet} FROM {table} WHERE {table} MATCH ? AND rowid BETWEEN ? AND ? "
+                f"AND (rowid + 0) IN ({', '.join('?' * len(chunk))})",
+                (match, min(chunk), max(chunk), *chunk),
+            ).fetchall()
         )
-        found.update(conn.execute(sql, (match,)).fetchall())
     return found
 
 
@@ -235,38 +316,87 @@ def _default_rank(conn: Any, table: str) -> bool:
         return False
 
 
-def _ranked_candidates(conn: Any, req: _Search, table: str, match: str) -> list[Sequence[Any]] | None:
-    """The requested page by relevance, ranking ids first and joining only the winners.
+def _inline_snippet(table: str) -> str:
+    """snippet() for a row short enough that it cannot be slow, else NULL (the caller decides)."""
+    size = (
+        "(SELECT length(x.content) + coalesce(length(x.tool_calls), 0) "
+        f"FROM messages AS x WHERE x.id = {table}.rowid)"
+    )
+    return f"CASE WHEN {size} <= {_SHORT_ROW_CHARS} THEN CAST({_SNIPPET.format(t=table)} AS BLOB) END"
 
-    ``ORDER BY bm25(t), rowid`` with a LIMIT lets SQLite keep just the best
-    rows while scoring (FTS5's own ``ORDER BY rank`` materialises and sorts
-    every match), and gives the same order as ``rank`` (ties by rowid, as
-    FTS5's sort yields them). Only the visibility filter may drop rows here;
-    if too many of the best rows are hidden, None asks for the joined scan.
+
+def _snippets_inline(req: _Search, table: str, match: str) -> bool:
+    """Whether the ranked statement should build the snippets itself.
+
+    Yes where evaluating the MATCH is the dear part (a substring index's
+    phrases over many trigrams, several terms to intersect): a second pass
+    would cost as much again. No for one term or phrase, where scoring
+    dominates: ``bm25()`` with a LIMIT, then one unscored pass, is cheaper.
+    """
+    return req.with_snippet and (table != "messages_fts" or len(query_phrases(match)) > 1)
+
+
+def _ranked_ids(conn: Any, req: _Search, table: str, match: str, count: int) -> tuple[list[int], dict[int, Any]]:
+    """The ``count`` best-ranked ids, with snippets when the statement can build them cheaply.
+
+    On ``messages_fts``, ``ORDER BY bm25(t), rowid`` with a LIMIT lets SQLite
+    keep just the best rows while scoring (FTS5's own ``ORDER BY rank``
+    materialises and sorts every match) in the same order as ``rank``, and
+    snippets are built afterwards for the page only. Where that is dear
+    (see :func:`_snippets_inline`) the statement is FTS5's ``ORDER BY
+    rank``, which builds each snippet for the rows it returns only, in the
+    same pass.
+    """
+    if not _snippets_inline(req, table, match):
+        rows = conn.execute(
+            f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?", (match, count)
+        ).fetchall()
+        return [r[0] for r in rows], {}
+    rows = conn.execute(
+        f"SELECT rowid, {_inline_snippet(table)} FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?",
+        (match, count),
+    ).fetchall()
+    return [r[0] for r in rows], {r[0]: r[1] for r in rows if r[1] is not None}
+
+
+def _visible_rows(conn: Any, ids: Sequence[int], where: list[str], params: list[Any]) -> dict[int, Sequence[Any]]:
+    """Hit rows of ``ids`` that pass the request's filters, by id."""
+    found: dict[int, Sequence[Any]] = {}
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        chunk = ids[start : start + _IDS_PER_STATEMENT]
+        clauses = " AND ".join([f"m.id IN ({', '.join('?' * len(chunk))})", *where])
+        rows = conn.execute(
+            f"SELECT {_INDEX_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {clauses}",
+            [*chunk, *params],
+        ).fetchall()
+        rows = _unclip_rows(conn, rows)
+        found.update((row[0], row) for row in rows)
+    return found
+
+
+def _ranked_candidates(
+    conn: Any, req: _Search, table: str, match: str
+) -> tuple[list[Sequence[Any]], dict[int, Any]] | None:
+    """The requested page by relevance (and any snippets built on the way), joining only the winners.
+
+    Only the visibility filter may drop rows here; if too many of the best
+    rows are hidden, None asks for the joined scan.
     """
     need = min(req.limit + req.offset, INT64_MAX // 2)  # both may be up to 2**63 - 1
     where, params = req.filters()
-    count = max(_CANDIDATES, 2 * need)
+    # Inline snippets are built for every candidate: fetch just the page first.
+    count = need if _snippets_inline(req, table, match) else max(_CANDIDATES, 2 * need)
     for _ in range(2):
-        ids = [
-            r[0]
-            for r in conn.execute(
-                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?",
-                (match, count),
-            )
-        ]
+        ids, snippets = _ranked_ids(conn, req, table, match, count)
         if not ids:
-            return []
-        marks = ", ".join("?" * len(ids))
-        clauses = " AND ".join([f"m.id IN ({marks})", *where])
-        rows = conn.execute(
-            f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {clauses}",
-            [*ids, *params],
-        ).fetchall()
-        by_id = {row[0]: row for row in rows}
+            return [], {}
+        # Join the page's ids first; the spare candidates only when some were hidden.
+        by_id = _visible_rows(conn, ids[:need], where, params)
+        if len(by_id) < min(need, len(ids)):
+            by_id.update(_visible_rows(conn, ids[need:], where, params))
         ordered = [by_id[i] for i in ids if i in by_id]
         if len(ordered) >= need or len(ids) < count:
-            return ordered[req.offset : need]
+            return ordered[req.offset : need], snippets
         count *= _CANDIDATE_GROWTH
     return None
 
@@ -274,9 +404,12 @@ def _ranked_candidates(conn: Any, req: _Search, table: str, match: str) -> list[
 def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[str, Any]]:
     """Run ``match`` against FTS table ``table`` with the request's filters, order and page."""
     by_rank = req.sort not in ("newest", "oldest")
-    rows: list[Sequence[Any]] | None = None
+    rows: Sequence[Sequence[Any]] | None = None
+    snippets: dict[int, Any] = {}
     if by_rank and not (req.sources is not None or req.excluded or req.roles) and _default_rank(conn, table):
-        rows = _ranked_candidates(conn, req, table, match)
+        ranked = _ranked_candidates(conn, req, table, match)
+        if ranked is not None:
+            rows, snippets = ranked
     if rows is None:
         where, params = req.filters()
         where.insert(0, f"{table} MATCH ?")
@@ -287,12 +420,13 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
         else:
             order = f"ORDER BY m.timestamp {'DESC' if req.sort == 'newest' else 'ASC'}, rank"
         sql = (
-            f"SELECT {_HIT_COLUMNS} FROM {table} "
+            f"SELECT {_INDEX_HIT_COLUMNS} FROM {table} "
             f"JOIN messages AS m ON m.id = {table}.rowid JOIN sessions AS s ON s.id = m.session_id "
             f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
         )
-        rows = conn.execute(sql, [*params, req.limit, req.offset]).fetchall()
-    snippets = _snippets(conn, table, match, [row[0] for row in rows])
+        rows = _unclip_rows(conn, conn.execute(sql, [*params, req.limit, req.offset]).fetchall())
+    if req.with_snippet:
+        snippets.update(_snippets(conn, table, match, [row for row in rows if row[0] not in snippets]))
     return [_hit(row, snippets.get(row[0])) for row in rows]
 
 
@@ -301,10 +435,7 @@ def _like_snippet(content: Any, term: str) -> Any:
     # the returned rows only.
     if content is None:
         return None
-    if isinstance(content, (bytes, bytearray, memoryview)):
-        content = bytes(content).decode("utf-8", "replace")
-    elif not isinstance(content, str):
-        content = str(content)
+    content = _lenient(content)
     at = content.find(term) if term else -1
     start = max(0, at - 40) if at >= 0 else 0
     return content[start : start + 120]
@@ -346,7 +477,7 @@ def _like_hits(
         f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
     )
     rows = conn.execute(sql, [*match_params, *params, limit, offset]).fetchall()
-    return [_hit(row, _like_snippet(row[3], snippet_term)) for row in rows]
+    return [_hit(row, _like_snippet(row[3], snippet_term) if req.with_snippet else None) for row in rows]
 
 
 def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
@@ -477,7 +608,7 @@ def _zero_hit_fallback(conn: Any, req: _Search, state: _FtsState) -> tuple[list[
 # idx_messages_session (session_id, timestamp, rowid) backwards or forwards.
 _CONTEXT_SQL = """
 WITH hit(id, sid, ts) AS (VALUES {values})
-SELECT hit.id, before.id, before.role, before.content, after.id, after.role, after.content
+SELECT hit.id, before.id, before.role, {before}, after.id, after.role, {after}
 FROM hit
 LEFT JOIN messages AS before ON before.id = (
     SELECT x.id FROM messages AS x WHERE x.session_id = hit.sid AND (x.timestamp, x.id) < (hit.ts, hit.id)
@@ -502,24 +633,27 @@ def _context_text(content: Any) -> str:
 def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     """For each hit id: the message before it, the hit, the message after (any active state)."""
     windows: dict[int, list[dict[str, Any]]] = {}
-    for start in range(0, len(hits), _PROBES_PER_STATEMENT):
-        chunk = hits[start : start + _PROBES_PER_STATEMENT]
+    for start in range(0, len(hits), _CONTEXT_CHUNK):
+        chunk = hits[start : start + _CONTEXT_CHUNK]
         params = [v for hit in chunk for v in (hit["id"], hit["session_id"], hit["timestamp"])]
-        sql = _CONTEXT_SQL.format(values=", ".join(["(?, ?, ?)"] * len(chunk)))
+        sql = _CONTEXT_SQL.format(
+            values=", ".join(["(?, ?, ?)"] * len(chunk)), before=_clipped("before.content"), after=_clipped("after.content")
+        )
         rows = {row[0]: row for row in conn.execute(sql, params).fetchall()}
         for hit in chunk:
             row = rows.get(hit["id"])
             window = []
+            # row: hit id, then (id, role, content, its type) before and after
             if row is not None and row[1] is not None:
-                window.append({"role": row[2], "content": _context_text(row[3])})
+                window.append({"role": row[2], "content": _context_text(_unclip(conn, row[1], row[3], row[4])[0])})
             window.append({"role": hit["role"], "content": _context_text(hit["content"])})
-            if row is not None and row[4] is not None:
-                window.append({"role": row[5], "content": _context_text(row[6])})
+            if row is not None and row[5] is not None:
+                window.append({"role": row[6], "content": _context_text(_unclip(conn, row[5], row[7], row[8])[0])})
             windows[hit["id"]] = window
     return windows
 
 
-@query
+@search_query
 def search_messages_rows(
     conn: Any,
     text: str,
@@ -531,6 +665,7 @@ def search_messages_rows(
     sort: str | None,
     include_inactive: bool,
     with_context: bool,
+    with_snippet: bool,
     repairable: bool,
     slow_ms: float,
 ) -> list[dict[str, Any]]:
@@ -543,7 +678,7 @@ def search_messages_rows(
     sanitized = sanitize_fts5_query(text)
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
-    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable)
+    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet)
     with snapshot(conn):
         route, hits = _route(conn, req, _read_state(conn))
         windows: dict[int, list[dict[str, Any]]] = {}

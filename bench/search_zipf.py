@@ -1,0 +1,262 @@
+"""``search_messages`` on realistic text, against the bare statement that serves each query.
+
+The corpus (issue 14, "search on realistic text"): 100 sessions x 1,000
+messages of 40 words, the words drawn with a Zipf distribution over about
+5,000 words (the common and technical words of ``bench/search.py`` first,
+then generated ones), a collocation such as "docker compose" in about a
+third of the messages. Built once through ``append_messages_batch`` and
+cached under ``bench/out/``; each run works on a fresh copy.
+
+During the measurement 10 writer tasks append through the store (one
+append every ``--interval`` s each). Each query is timed twice in the same
+round, under the same load: through ``search_messages(limit=20)`` and as the
+bare statement that serves it, on its own read-only aiosqlite connection
+(the same driver and the same one thread hop as any async read; no joins,
+filters, snippets or context):
+
+  messages_fts MATCH ? ORDER BY rank LIMIT 20            single, phrase, prefix, and
+  messages_fts_trigram MATCH ? ORDER BY rank LIMIT 20    phrase-fallback, zero-hit
+
+(phrase-fallback: a phrase whose words occur but never side by side, so
+the store takes the trigram fallback of spec section 4.3; zero-hit: no
+match anywhere, fallback included). Targets per class: store p95 < 25 ms
+and store p95 <= 1.5 x bare p95.
+
+    python3 bench/search.py --suite zipf
+    python3 bench/search.py --suite zipf --rounds 30 --json bench/out/zipf.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.search import COLLOCATIONS, COMMON, SYLLABLES, TECH, pct
+
+GENERATOR_VERSION = 1
+SEED = 14_2024
+SESSIONS = 100
+PER_SESSION = 1_000
+WORDS = 40
+VOCABULARY = 5_000
+WRITERS = 10
+TARGET_P95_MS = 25.0
+TARGET_RATIO = 1.5
+LIMIT = 20
+
+
+class ZipfCorpus:
+    """40-word messages over ~5,000 words with Zipf frequencies (rank r has weight 1/r)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        vocab = list(dict.fromkeys(COMMON + TECH))
+        make = random.Random(seed + 1)
+        seen = set(vocab)
+        while len(vocab) < VOCABULARY:
+            word = "".join(make.choice(SYLLABLES) for _ in range(make.randint(2, 4)))
+            if word not in seen:
+                seen.add(word)
+                vocab.append(word)
+        self.vocab = vocab
+        self.cum = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(vocab))))
+
+    def text(self) -> str:
+        words = self.rng.choices(self.vocab, cum_weights=self.cum, k=WORDS)
+        if self.rng.random() < 0.33:
+            at = self.rng.randrange(WORDS - 1)
+            words[at : at + 2] = self.rng.choice(COLLOCATIONS)
+        return " ".join(words)
+
+    def message(self, i: int, ts: float) -> dict[str, Any]:
+        return {"role": "user" if i % 2 == 0 else "assistant", "content": self.text(), "timestamp": ts}
+
+
+def cache_path(out: Path) -> Path:
+    return out / f"search-zipf-{SESSIONS}x{PER_SESSION}-s{SEED}-g{GENERATOR_VERSION}.db"
+
+
+async def build(path: Path) -> None:
+    from hermes_state import SessionDB
+
+    tmp = path.with_suffix(".building")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+    corpus = ZipfCorpus(SEED)
+    started = time.perf_counter()
+    base = time.time() - 90 * 86400
+    async with SessionDB(tmp) as db:
+        for first in range(0, SESSIONS, 10):
+            batches = []
+            for s in range(first, first + 10):
+                sid = f"zipf-{s:03d}"
+                await db.create_session(sid, "cli", model="model-a")
+                t0 = base + s * 3600.0
+                batches.append(db.append_messages_batch(sid, [corpus.message(i, t0 + i) for i in range(PER_SESSION)]))
+            await asyncio.gather(*batches)
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(f"{tmp}{suffix}")
+        if src.exists():
+            src.replace(Path(f"{path}{suffix}"))
+    print(f"  built {SESSIONS * PER_SESSION:,} messages in {time.perf_counter() - started:.0f} s: {path}")
+
+
+def _count(conn: Any, table: str, match: str) -> int:
+    sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
+    return int(conn.execute(sql, (match,)).fetchone()[0])
+
+
+def pick_queries(conn: Any, corpus: ZipfCorpus) -> dict[str, list[str]]:
+    """Query classes, chosen deterministically and checked against the corpus."""
+    rng = random.Random(SEED + 7)
+    vocab = corpus.vocab
+    mid = [w for w in vocab[60:1500] if len(w) >= 4 and w.isalpha()]
+    rare = [w for w in vocab[1500:4000] if len(w) >= 4]
+    pairs = [(a, b) for a, b in zip(rng.sample(mid, 40), rng.sample(mid, 40)) if a != b]
+    fallback = [f'"{a} {b}"' for a, b in pairs if _count(conn, "messages_fts", f'"{a} {b}"') == 0][:6]
+    prefixes = []
+    for word in rng.sample(mid, 30):
+        # A prefix that expands to a handful of words, not to half the vocabulary.
+        if 1 <= sum(1 for w in vocab if w.startswith(word[:4])) <= 8:
+            prefixes.append(word[:4] + "*")
+    return {
+        "single": rng.sample(mid, 8),
+        "phrase": [f'"{a} {b}"' for a, b in rng.sample(COLLOCATIONS, 6)],
+        "prefix": prefixes[:6],
+        "and": [f"{a} {b}" for a, b in zip(rng.sample(mid, 30), rng.sample(rare, 30)) if _count(conn, "messages_fts", f"{a} {b}")][:6],
+        "phrase-fallback": fallback,
+        "zero-hit": ["xylophonist", "qwertzuiop", "kubernetesqx", "zzgrathornel"],
+    }
+
+
+FALLBACK_CLASSES = ("phrase-fallback", "zero-hit")
+
+
+def bare_statement(cls: str, query: str) -> tuple[str, str]:
+    """(sql, match) of the one statement that serves ``query`` of class ``cls``."""
+    from hermes_state.sqlite.search.sanitize import (
+        quote_for_substring_index,
+        sanitize_fts5_query,
+    )
+
+    match = sanitize_fts5_query(query)
+    table = "messages_fts"
+    if cls in FALLBACK_CLASSES:
+        table = "messages_fts_trigram"
+        match = quote_for_substring_index(match.strip('"').strip())
+    return f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT {LIMIT}", match
+
+
+async def writer(db: Any, n: int, stop: asyncio.Event, interval: float, counter: list[int]) -> None:
+    corpus = ZipfCorpus(SEED + 100 + n)
+    sid = f"zipf-writer-{n:02d}-{time.time_ns()}"
+    await db.create_session(sid, "bench-writer")
+    while not stop.is_set():
+        await db.append_message(sid, "user", corpus.text())
+        counter[0] += 1
+        await asyncio.sleep(interval)
+
+
+def _fetch(raw: Any, sql: str, match: str) -> list[Any]:
+    return list(raw.execute(sql, (match,)).fetchall())
+
+
+async def measure(db: Any, bare: Any, queries: dict[str, list[str]], rounds: int) -> dict[str, dict[str, list[float]]]:
+    from hermes_state.sqlite.driver import run_on
+
+    schedule = [(cls, q) for cls, qs in queries.items() for q in qs for _ in range(rounds)]
+    random.Random(SEED + 1).shuffle(schedule)
+    out: dict[str, dict[str, list[float]]] = {cls: {"store": [], "bare": [], "hits": []} for cls in queries}
+    for cls, q in schedule:
+        sql, match = bare_statement(cls, q)
+        start = time.perf_counter()
+        hits = await db.search_messages(q, limit=LIMIT)
+        out[cls]["store"].append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        await run_on(bare, _fetch, sql, match)
+        out[cls]["bare"].append((time.perf_counter() - start) * 1000)
+        out[cls]["hits"].append(len(hits))
+        await asyncio.sleep(0)
+    return out
+
+
+async def prepare(args: argparse.Namespace) -> tuple[Path, Path]:
+    """A private HERMES_HOME (search logging off) and the cached corpus, built if missing: (home, corpus)."""
+    out = Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="hermes-bench-home-"))
+    os.environ["HERMES_HOME"] = str(home)
+    os.environ["HERMES_SEARCH_SLOW_MS"] = "1e12"
+    cached = cache_path(out)
+    if args.rebuild or not cached.exists():
+        print(f"building the Zipf corpus: {SESSIONS} sessions x {PER_SESSION:,} messages of {WORDS} words")
+        await build(cached)
+    return home, cached
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from hermes_state import SessionDB
+    from hermes_state.sqlite.driver import open_connection, run_on
+
+    home, cached = await prepare(args)
+    out = cached.parent
+    work = out / f"zipf-work-{os.getpid()}.db"
+    shutil.copyfile(cached, work)
+    bare = await open_connection(f"file:{work}?mode=ro", uri=True)
+    try:
+        queries = await run_on(bare, pick_queries, ZipfCorpus(SEED))
+        async with SessionDB(work) as db:
+            stop = asyncio.Event()
+            appended = [0]
+            tasks = [asyncio.create_task(writer(db, n, stop, args.interval, appended)) for n in range(WRITERS)]
+            await asyncio.sleep(0.5)
+            await measure(db, bare, queries, 1)  # warm both paths' page caches
+            started = time.perf_counter()
+            result = await measure(db, bare, queries, args.rounds)
+            elapsed = time.perf_counter() - started
+            stop.set()
+            await asyncio.gather(*tasks)
+            info = await db.storage_info()
+        return {"queries": queries, "result": result, "appends_per_s": appended[0] / max(elapsed, 1e-9), "info": info}
+    finally:
+        await bare.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{work}{suffix}").unlink(missing_ok=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def report(args: argparse.Namespace, data: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    info = data["info"]
+    print()
+    print(
+        f"search_messages(limit={LIMIT}) on {SESSIONS * PER_SESSION:,} Zipf messages ({VOCABULARY:,} words), "
+        f"{WRITERS} writers at {data['appends_per_s']:,.0f} appends/s; {info['driver']} SQLite {info['sqlite_version']}, "
+        f"{os.cpu_count()} CPUs; {args.rounds} rounds per query"
+    )
+    head = f"{'class':<16} {'hits':>5} | {'bare p50':>8} {'p95':>7} | {'store p50':>9} {'p95':>7} | {'p95 ratio':>9}  verdict"
+    print(head)
+    print("-" * len(head))
+    ok = True
+    summary: dict[str, Any] = {}
+    for cls, values in data["result"].items():
+        store95, bare95 = pct(values["store"], 95), pct(values["bare"], 95)
+        ratio = store95 / bare95 if bare95 > 0 else float("inf")
+        good = store95 < TARGET_P95_MS and ratio <= TARGET_RATIO
+        ok &= good
+        hits = sum(values["hits"]) / max(1, len(values["hits"]))
+        print(
+            f"{cls:<16} {hits:>5.1f} | {pct(values['bare'], 50):>8.2f} {bare95:>7.2f} | {pct(values['store'], 50):>9.2f} "
+            f"{store95:>7.2f} | {ratio:>9.2f}  {'ok' if good else 'MISSES'}"
+        )
+        summary[cls] = {"store_p50": pct(values["store"], 50), "store_p95": store95, "bare_p50": pct(values["bare"], 50),
+                        "bare_p95": bare95, "ratio_p95": ratio, "hits": hits, "queries": data["queries"][cls]}
+    print(f"(milliseconds; targets: store p95 < {TARGET_P95_MS:.0f} ms and <= {TARGET_RATIO}x the bare statement's p95)")
+    return ok, summary
