@@ -34,6 +34,8 @@ async def test_info_on_postgres(tmp_path: Path, pg_dsn: str, pg_url: str) -> Non
     info = run_json(tmp_path, "--db", pg_url, "info")
     assert info["backend"] == "postgres" and info["messages"] == 2
     assert info["schema_version"] == 25 and info["server_version"]
+    doctor = run_json(tmp_path, "--db", pg_url, "doctor")
+    assert doctor["ok"] is True and {c["check"]: c["status"] for c in doctor["checks"]}["schema"] == "ok"
     human = run_cli(tmp_path, "--db", pg_url, "info")
     assert human.returncode == 0 and "backend postgres" in human.stdout and "server_version" in human.stdout
 

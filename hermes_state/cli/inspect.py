@@ -105,7 +105,9 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
         bar.update()
         pending = info.get("fts_rebuild")
         fts = info.get("fts")
-        if fts in (None, "none"):
+        if "fts" not in info:
+            checks.append(_check("fts", "skip", "this backend does not report its full-text index state"))
+        elif fts in (None, "none"):
             checks.append(_check("fts", "warn", "no full-text index: search uses slower scans"))
         elif pending:
             checks.append(_check("fts", "warn", f"{fts} layout, backfill {pending['percent']}% done"))
