@@ -36,6 +36,7 @@ Run from the repository root::
     python3 bench/append.py                 # full run, prints the table
     python3 bench/append.py --scale 0.1     # quick smoke run
     python3 bench/append.py --check --json bench/out/append.json
+    python3 bench/append.py --backend postgres   # the same shapes on PostgreSQL (bench/append_postgres.py)
 """
 
 from __future__ import annotations
@@ -826,7 +827,17 @@ async def amain(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    backend = argparse.ArgumentParser(add_help=False)
+    backend.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    known, rest = backend.parse_known_args(argv)
+    if known.backend == "postgres":  # same shapes against a PostgreSQL server: bench/append_postgres.py
+        from bench.append_postgres import main as postgres_main
+
+        return postgres_main(rest)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite",
+                   help="postgres runs bench/append_postgres.py (see its --help)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply message counts (e.g. 0.1 for a smoke run)")
     p.add_argument("--dir", default=None, help="parent directory for the run's fresh temp directory")
     p.add_argument("--json", default=None, metavar="OUT", help="write all figures to this JSON file")

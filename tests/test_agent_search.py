@@ -21,9 +21,6 @@ from hermes_state import SessionDB
 
 from .test_agent_support import needs
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
-pytestmark = pytest.mark.backends("sqlite")
-
 
 async def _session(db: SessionDB, session_id: str, lines: list[tuple[str, str]], *, source: str = "cli",
                    parent: str | None = None, model: str = "m") -> list[int]:

@@ -126,8 +126,6 @@ async def test_streaming_export_pages_through_many_sessions_and_messages(
         [m["content"] for m in s["messages"]] for s in streamed]
 
 
-# PostgreSQL: needs the compression lineage queries (pgA's group); drop the mark when they land on main.
-@pytest.mark.backends("sqlite")
 async def test_export_lineage(store: SessionDB) -> None:
     await store.create_session("p", "cli")
     await store.append_message("p", "user", "before compression")

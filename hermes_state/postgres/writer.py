@@ -6,13 +6,21 @@ Order of work in the transaction:
    ``SELECT ... FOR UPDATE``. Every process locks in the same order, so two
    workers never deadlock on each other's sessions, and message ids drawn
    while the lock is held follow commit order within a session.
-2. Runs of consecutive same-type commands with a bulk handler go in one
-   savepoint through it (appends: one statement per run); a bulk path that
-   raises is rolled back and its commands are applied one by one.
-3. Every other command runs in its own savepoint: one that raises is rolled
-   back alone and only its caller gets the exception.
+2. Runs of consecutive same-type commands with a bulk handler go through
+   it (appends: one statement per run); every other command through its own
+   handler.
 
-A batch of one command needs no savepoint: the transaction is its savepoint.
+The first attempt uses no savepoints: every savepoint is two more round
+trips, and commands rarely raise. If a handler raises, that transaction is
+rolled back and the batch is applied again with isolation: each bulk run in
+a savepoint (a run that raises falls back to one savepoint per command),
+every other command in its own savepoint, so one that raises is rolled back
+alone and only its caller gets the exception. A lost connection is never
+retried here (the backend decides).
+With a ``token``, the transaction also inserts it into ``write_batches`` (and
+deletes the writer's previous one), and the outcomes are put in ``done``
+before COMMIT is sent, so a caller that loses the COMMIT reply can find out
+whether the batch committed and, if it did, what each command returned.
 ``standalone`` commands (VACUUM and the like) run outside any transaction.
 """
 
@@ -24,14 +32,37 @@ from typing import Any
 
 from ..backend import Outcome
 from ..commands.base import Command
-from .errors import to_store_error
+from .errors import is_disconnect, to_store_error
 from .handlers import BULK_HANDLERS, handler_for
 
-__all__ = ["apply_batch", "session_ids_of"]
+__all__ = ["BatchToken", "apply_batch", "session_ids_of"]
 
 log = logging.getLogger("hermes_state.postgres.writer")
 
 _LOCK_SQL = "SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
+_TOKEN_SQL = (
+    "WITH gone AS (DELETE FROM write_batches WHERE token = $2) INSERT INTO write_batches (token) VALUES ($1)"
+)
+
+Done = list[list[Outcome]]
+
+
+class BatchToken:
+    """This batch's token and the writer's previous one (deleted in the same transaction)."""
+
+    __slots__ = ("token", "previous")
+
+    def __init__(self, token: str, previous: str | None) -> None:
+        self.token = token
+        self.previous = previous
+
+
+async def _finish(conn: Any, token: BatchToken | None, done: Done | None, outcomes: list[Outcome]) -> None:
+    """Last step before COMMIT: record the token and hand the outcomes out."""
+    if token is not None:
+        await conn.execute(_TOKEN_SQL, token.token, token.previous)
+    if done is not None:
+        done.append(outcomes)
 
 
 def session_ids_of(command: Command) -> list[str]:
@@ -83,13 +114,40 @@ async def _try_bulk(conn: Any, commands: list[Command]) -> list[Outcome] | None:
     return [(ok, value if ok else to_store_error(value)) for ok, value in results]
 
 
-async def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+async def _apply_optimistic(
+    conn: Any, commands: Sequence[Command], token: BatchToken | None, done: Done | None
+) -> list[Outcome]:
+    """Every run through its bulk or single handler in one transaction, no savepoints; raises if any handler does."""
+    outcomes: list[Outcome] = []
+    async with conn.transaction():
+        await _lock_sessions(conn, commands)
+        for run in _runs(commands):
+            if len(run) > 1:
+                results = await BULK_HANDLERS[type(commands[run[0]])](conn, [commands[p] for p in run])
+                outcomes.extend((ok, value if ok else to_store_error(value)) for ok, value in results)
+            else:
+                outcomes.append((True, await handler_for(commands[run[0]])(conn, commands[run[0]])))
+        await _finish(conn, token, done, outcomes)
+    return outcomes
+
+
+async def _apply_transaction(
+    conn: Any, commands: Sequence[Command], token: BatchToken | None = None, done: Done | None = None
+) -> list[Outcome]:
+    if len(commands) > 1:
+        try:
+            return await _apply_optimistic(conn, commands, token, done)
+        except Exception as exc:
+            if conn.is_closed() or is_disconnect(exc):
+                raise
+            log.debug("batch of %d raised (%s); applying it again with a savepoint per command", len(commands), exc)
     if len(commands) == 1:
         command = commands[0]
         try:
             async with conn.transaction():
                 await _lock_sessions(conn, commands)
                 result = await handler_for(command)(conn, command)
+                await _finish(conn, token, done, [(True, result)])
         except Exception as exc:
             if not conn.is_closed():
                 return [(False, to_store_error(exc))]
@@ -107,7 +165,9 @@ async def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Out
                     continue
             for pos in run:
                 outcomes[pos] = await _apply_one(conn, commands[pos])
-    return [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
+        final = [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
+        await _finish(conn, token, done, final)
+    return final
 
 
 async def _apply_standalone(conn: Any, command: Command) -> Outcome:
@@ -117,15 +177,19 @@ async def _apply_standalone(conn: Any, command: Command) -> Outcome:
         return (False, to_store_error(exc))
 
 
-async def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+async def apply_batch(
+    conn: Any, commands: Sequence[Command], token: BatchToken | None = None, done: Done | None = None
+) -> list[Outcome]:
     """Apply ``commands`` in order; returns one outcome per command.
 
     Raises only when a transaction as a whole cannot run or commit (the
     connection dropped, a deadlock at the lock step); then none of that
-    transaction's commands were applied.
+    transaction's commands were applied, unless the COMMIT itself was lost
+    (``done`` then holds the outcomes, and the token tells). ``token`` and
+    ``done`` apply to a batch without standalone commands (one transaction).
     """
     if not any(c.standalone for c in commands):
-        return await _apply_transaction(conn, commands)
+        return await _apply_transaction(conn, commands, token, done)
     outcomes: list[Outcome] = []
     group: list[Command] = []
     for command in [*commands, None]:

@@ -27,7 +27,9 @@ TIP_MAX_HOPS = 100
 
 def marker_sql(alias: str, key: str) -> str:
     """SQL for the ``model_config`` marker ``key`` of ``alias`` as text (NULL when absent or not JSON)."""
-    return f"hermes_config_marker({alias}.model_config, '{key}')"
+    column = f"{alias}.model_config"
+    # The strpos test skips the function call (and its JSON parse) for the rows that cannot match.
+    return f"(CASE WHEN strpos({column}, '{key}') > 0 THEN hermes_config_marker({column}, '{key}') END)"
 
 
 def continuation_sql(alias: str) -> str:
