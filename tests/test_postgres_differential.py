@@ -46,9 +46,8 @@ from .postgres_support import admin_connect, server_dsn, store_dsn
 
 pytestmark = pytest.mark.backends("postgres")
 
-# Command groups whose rules run. Off, and why (to be switched on as each lands on main):
-#   compression (archive_and_compact) and titles: pgA's handlers are not on main yet.
-ENABLED_GROUPS = frozenset({"core", "usage", "search"})
+# Command groups whose rules run (every group is on PostgreSQL now).
+ENABLED_GROUPS = frozenset({"core", "usage", "search", "compression", "titles"})
 
 SESSION_IDS = ("s1", "s2", "s3")
 WORDS = ("alpha", "beta", "gamma", "delta", "kappa", "lambda", "omega", "sigma")
