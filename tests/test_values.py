@@ -23,10 +23,10 @@ from hermes_state.encoding import JSON_CONTENT_PREFIX, decode_content, join_cont
 from hermes_state.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH
 from tests.raw_sql import fetch_rows
 
-# PostgreSQL: methods whose backend queries belong to groups not on main yet (compression/rewind: pgA,
-# search: pgC). Tests that need them stay SQLite-only until they land; drop the marks then.
+# PostgreSQL: methods whose backend queries belong to a group not on main yet (compression/rewind: pgA).
+# Tests that need them stay SQLite-only until they land; drop the marks then.
 PENDING_ON_POSTGRES = {
-    "assert_resume_safe", "restore_rewound", "rewind_to_message", "search_messages", "search_sessions",
+    "assert_resume_safe", "restore_rewound", "rewind_to_message",
     "set_compression_fallback_streak", "set_compression_ineffective_count",
 }
 pending_on_postgres = pytest.mark.backends("sqlite")
@@ -268,7 +268,6 @@ async def test_deep_nesting_is_a_value_error_naming_the_limit(store: SessionDB) 
         await store.append_message("s", "user", nested(MAX_JSON_DEPTH + 1))
 
 
-@pending_on_postgres  # search_messages with the largest limits
 async def test_integers_past_64_bits_are_refused_naming_the_argument(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     await store.append_message("s", "user", "keep")
