@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
 from typing import Any, Awaitable, Callable, Sequence
 
 from .backend import Outcome
 from .commands.base import Command
+from .errors import WriteNotAppliedError
 
-__all__ = ["WriterActor", "WriterStoppedError"]
+__all__ = ["WriteNotAppliedError", "WriterActor", "WriterStoppedError"]
 
 log = logging.getLogger("hermes_state.actor")
 
@@ -31,10 +34,19 @@ ApplyBatch = Callable[[Sequence[Command]], Awaitable[list[Outcome]]]
 MAX_BATCH_COMMANDS = 1024
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 QUEUE_LIMIT = 8192
+LATENCY_WINDOW = 1024  # commit latencies kept for the p50/p99 of writer_stats()
+STATS_LOG_INTERVAL = 60.0  # seconds between DEBUG lines with writer_stats()
 
 
 class WriterStoppedError(RuntimeError):
     """The writer task is gone; the command was not applied."""
+
+
+def _percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 class _Item:
@@ -71,6 +83,12 @@ class WriterActor:
         self._stopping = False
         self.batches = 0
         self.commands = 0
+        self.max_batch_seen = 0
+        self.failed = 0
+        self.retried_batches = 0
+        self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self._last_log = time.monotonic()
+        self.log_interval = STATS_LOG_INTERVAL
 
     # ------------------------------------------------------------------ public
 
@@ -95,6 +113,29 @@ class WriterActor:
         except asyncio.QueueFull:
             await self._queue.put(item)
         return await future
+
+    def stats(self) -> dict[str, Any]:
+        """Counters since start: queue depth, batches, commands per batch, commit latency (ms), failures."""
+        latencies = list(self._latencies)
+        return {
+            "queue_depth": self._queue.qsize() if self._queue is not None else 0,
+            "batches_applied": self.batches,
+            "commands_applied": self.commands,
+            "commands_per_batch_mean": self.commands / self.batches if self.batches else 0.0,
+            "commands_per_batch_max": self.max_batch_seen,
+            "commit_latency_p50_ms": _percentile(latencies, 0.50),
+            "commit_latency_p99_ms": _percentile(latencies, 0.99),
+            "latency_window": len(latencies),
+            "failed_commands": self.failed,
+            "retried_batches": self.retried_batches,
+        }
+
+    def _maybe_log(self) -> None:
+        now = time.monotonic()
+        if now - self._last_log >= self.log_interval:
+            self._last_log = now
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("writer stats %s: %s", self._name, self.stats())
 
     async def stop(self) -> None:
         """Apply everything queued so far, then end the writer task."""
@@ -140,16 +181,31 @@ class WriterActor:
         finally:
             self._fail_pending(WriterStoppedError("the SessionDB writer stopped before this write was applied"))
 
+    async def _apply_live(self, batch: list[_Item]) -> tuple[list[_Item], list[Any]] | None:
+        """Apply the items whose callers still wait; a batch known not applied is retried once."""
+        for attempt in (1, 2):
+            live = [item for item in batch if not item.future.done()]
+            if not live:
+                return None
+            started = time.perf_counter()
+            try:
+                # Shielded: the transaction finishes regardless; cancelling this
+                # task must not orphan futures.
+                outcomes = await asyncio.shield(self._apply([item.command for item in live]))
+            except WriteNotAppliedError:
+                if attempt == 2:
+                    raise
+                self.retried_batches += 1  # nothing of it committed: once more, without withdrawn callers
+                continue
+            self._latencies.append((time.perf_counter() - started) * 1000.0)
+            return live, outcomes
+        return None  # pragma: no cover (the loop returns or raises)
+
     async def _apply_and_resolve(self, batch: list[_Item]) -> None:
-        live = [item for item in batch if not item.future.done()]
-        if not live:
-            return
         try:
-            # Shielded: the transaction runs on the connection thread and
-            # finishes regardless; cancelling this task must not orphan futures.
-            outcomes = await asyncio.shield(self._apply([item.command for item in live]))
+            applied = await self._apply_live(batch)
         except asyncio.CancelledError:
-            for item in live:
+            for item in batch:
                 if not item.future.done():
                     item.future.set_exception(
                         WriterStoppedError(
@@ -159,19 +215,28 @@ class WriterActor:
                     )
             raise
         except Exception as exc:
-            for item in live:
+            for item in batch:
                 if not item.future.done():
+                    self.failed += 1
                     item.future.set_exception(exc)
+            self._maybe_log()
             return
+        if applied is None:
+            return
+        live, outcomes = applied
         self.batches += 1
         self.commands += len(live)
+        self.max_batch_seen = max(self.max_batch_seen, len(live))
         for item, (ok, value) in zip(live, outcomes):
+            if not ok:
+                self.failed += 1
             if item.future.done():
                 continue
             if ok:
                 item.future.set_result(value)
             else:
                 item.future.set_exception(value)
+        self._maybe_log()
 
     def _fail_pending(self, exc: Exception) -> None:
         if self._queue is None:

@@ -30,6 +30,9 @@ __all__ = [
     "DatabaseMalformedError",
     "ConfigError",
     "SearchTimeoutError",
+    "StatementTimeoutError",
+    "LockTimeoutError",
+    "WriteNotAppliedError",
     "PERSISTENCE_ERROR_CAUSES",
     "is_disk_full_error",
     "classify_persistence_error",
@@ -172,6 +175,29 @@ class SearchTimeoutError(TimeoutError):
             f"search_messages took longer than sessions.search_timeout_ms={timeout_ms:g} ms "
             "and was interrupted; narrow the query or raise the limit"
         )
+
+
+class StatementTimeoutError(TimeoutError):
+    """The server cancelled a statement that ran past its ``statement_timeout`` (PostgreSQL 57014).
+
+    The statement's work is rolled back; the connection stays usable.
+    """
+
+
+class LockTimeoutError(TimeoutError):
+    """A statement waited on a row or table lock past ``lock_timeout`` (PostgreSQL 55P03).
+
+    Another connection held the lock; the statement's work is rolled back and
+    the connection stays usable. Not retried: the limit is the caller's choice.
+    """
+
+
+class WriteNotAppliedError(ConnectionError):
+    """The connection to the database was lost and the write is known NOT to have committed.
+
+    The writer checked after reconnecting (and retried the batch once on a
+    fresh connection); nothing of this call is stored, so it is safe to retry.
+    """
 
 
 _DISK_FULL_MARKERS = (

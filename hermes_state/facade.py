@@ -88,6 +88,9 @@ class StoreBase:
     TITLE_SOURCE_DERIVED: ClassVar[str] = "derived"
     TITLE_SOURCE_LLM: ClassVar[str] = "llm"
     TITLE_SOURCE_USER: ClassVar[str] = "user"
+    # Inspection tools set this on a subclass: a read-only store then reads an
+    # idle WAL file without creating -wal/-shm files (SQLite ``immutable``).
+    SNAPSHOT_READS: ClassVar[bool] = False
 
     def __init__(self, db_path: os.PathLike[str] | str | None = None, read_only: bool = False) -> None:
         self.read_only: bool = bool(read_only)
@@ -115,7 +118,7 @@ class StoreBase:
     def _make_backend(self) -> Backend:
         from .sqlite.backend import SQLiteBackend
 
-        return SQLiteBackend(self.db_path, read_only=self.read_only, home=captured_home())
+        return SQLiteBackend(self.db_path, read_only=self.read_only, home=captured_home(), snapshot=self.SNAPSHOT_READS)
 
     def _target_label(self) -> str:
         """What ``repr`` shows for the database (never a password)."""
@@ -205,6 +208,23 @@ class StoreBase:
         """Return facts about the open store: backend, driver, SQLite version, journal mode, schema version."""
         await self._ensure_open()
         return await self._backend.storage_info()
+
+    async def writer_stats(self) -> dict[str, Any]:
+        """Return the write path's counters since the store opened.
+
+        Keys: ``queue_depth`` (commands waiting), ``batches_applied``,
+        ``commands_applied``, ``commands_per_batch_mean`` / ``_max``,
+        ``commit_latency_p50_ms`` / ``commit_latency_p99_ms`` over the last 1024 batches (None
+        before the first), ``latency_window``, ``failed_commands`` (commands
+        whose caller got an error), ``retried_batches`` (batches re-applied
+        after a connection loss proved them not committed) and ``reconnects``
+        (writer connections replaced; always 0 on SQLite). The same dict is
+        logged at DEBUG on ``hermes_state.actor`` at most once a minute.
+        """
+        await self._ensure_open()
+        stats = self._actor.stats()
+        stats["reconnects"] = int(getattr(self._backend, "reconnects", 0))
+        return stats
 
     # ------------------------------------------------------------------ plumbing
 

@@ -145,20 +145,13 @@ def make_machine(admin: str, root: Path) -> type[RuleBasedStateMachine]:
             self.loop = asyncio.new_event_loop()
             self.schema = f"hs_diff_{uuid.uuid4().hex}"
             self.sqlite = SessionDB(root / f"example-{type(self).counter}" / "state.db")
-            self.run(self._create_schema())
+            self.run(self._admin(f'CREATE SCHEMA "{self.schema}"'))
             self.postgres = PostgresSessionDB(store_dsn(admin, self.schema))
 
-        async def _create_schema(self) -> None:
+        async def _admin(self, sql: str) -> None:
             conn = await admin_connect(admin)
             try:
-                await conn.execute(f'CREATE SCHEMA "{self.schema}"')
-            finally:
-                await conn.close()
-
-        async def _drop_schema(self) -> None:
-            conn = await admin_connect(admin)
-            try:
-                await conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+                await conn.execute(sql)
             finally:
                 await conn.close()
 
@@ -171,7 +164,7 @@ def make_machine(admin: str, root: Path) -> type[RuleBasedStateMachine]:
                 self.run(self.postgres.close())
             finally:
                 try:
-                    self.run(self._drop_schema())
+                    self.run(self._admin(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
                 finally:
                     self.loop.close()
 

@@ -10,7 +10,9 @@ server that comes back, a fixed config file).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,15 +20,16 @@ from typing import Any
 from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
-from ..errors import StoreClosedError
+from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
 from .config import PostgresConfig, load_postgres_config
 from .dsn import asyncpg_dsn, endpoint, redact_dsn
-from .errors import is_busy, is_disconnect, unavailable
+from .errors import is_busy, is_disconnect, to_store_error, unavailable
+from .outcome import batch_committed
 from .pool import ConnectionPool
 from .queries import query_for
 from .schema import check_schema_read_only, ensure_schema
 from .text_values import nul_refusal
-from .writer import apply_batch
+from .writer import BatchToken, apply_batch
 
 __all__ = ["PostgresBackend", "PostgresReader", "load_driver"]
 
@@ -58,6 +61,20 @@ class PostgresReader:
         if pool is None:
             raise StoreClosedError()
         fn = query_for(name)
+        try:
+            return await self._run(pool, fn, args)
+        except Exception as exc:
+            if not is_disconnect(exc):
+                raise to_store_error(exc) from exc
+        # The server dropped the connection (terminated, restarted): the pool
+        # discarded it; a read has no effects, so retry once on a fresh one.
+        try:
+            return await self._run(pool, fn, args)
+        except Exception as exc:
+            raise to_store_error(exc) from exc
+
+    @staticmethod
+    async def _run(pool: ConnectionPool, fn: Any, args: tuple[Any, ...]) -> Any:
         async with pool.acquire() as conn:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 return await fn(conn, *args)
@@ -77,6 +94,8 @@ class PostgresBackend:
         self.reader = PostgresReader(self)
         self.pool: ConnectionPool | None = None
         self._writer_conn: Any = None
+        self._last_token: str | None = None  # deleted by the next batch's transaction
+        self.reconnects = 0  # writer connections replaced after a loss (writer_stats)
         self._facts: dict[str, Any] = {}
         self._endpoint = endpoint(dsn)
 
@@ -108,17 +127,65 @@ class PostgresBackend:
             raise
 
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
+        """Apply one batch; after a lost connection, find out whether it committed.
+
+        Returns the outcomes when the batch committed (even if the COMMIT reply
+        was lost); raises :class:`WriteNotAppliedError` when it provably did
+        not (the actor then retries it once). Batches with a standalone
+        command run several transactions and carry no token: a connection
+        lost under them raises the driver's error.
+        """
         if self.pool is None:
             raise StoreClosedError()
-        if self._writer_conn is None or self._writer_conn.is_closed():
-            self._writer_conn = await self._connect_writer()
+        standalone = any(c.standalone for c in commands)
+        token = None if standalone else BatchToken(uuid.uuid4().hex, self._last_token)
+        done: list[list[Outcome]] = []
         try:
-            return await apply_batch(self._writer_conn, commands)
-        except BaseException as exc:
-            if is_disconnect(exc) or self._writer_conn.is_closed():
-                # The server ends the open transaction with the session; reconnect on the next batch.
+            if self._writer_conn is None or self._writer_conn.is_closed():
+                await self._replace_writer()
+            outcomes = await apply_batch(self._writer_conn, commands, token, done)
+        except Exception as exc:
+            if not (is_disconnect(exc) or self._writer_conn is None or self._writer_conn.is_closed()):
+                raise to_store_error(exc) from exc
+            # The server ends the open transaction with the session; reconnect.
+            await self._drop_writer()
+            if token is None or isinstance(exc, WriteNotAppliedError):
+                raise
+            # ``done`` is filled just before COMMIT is sent: without it the server
+            # never saw a COMMIT, so nothing committed; with it, ask the server.
+            if done and await self._committed(token.token, exc):
+                self._last_token = token.token
+                return done[-1]
+            raise WriteNotAppliedError(
+                f"the connection to PostgreSQL at {self._endpoint} was lost before this write committed; "
+                f"it was not applied ({type(exc).__name__}: {exc})"
+            ) from exc
+        if token is not None:
+            self._last_token = token.token
+        return outcomes
+
+    async def _replace_writer(self) -> None:
+        """Open a new writer connection in place of a lost one (``open()`` made the first)."""
+        self._writer_conn = await self._connect_writer()
+        self.reconnects += 1
+
+    async def _committed(self, token: str, cause: BaseException) -> bool:
+        """Ask a fresh writer connection whether ``token``'s batch committed (a few tries, then give up)."""
+        last: BaseException = cause
+        for pause in (0.0, 0.2, 1.0):
+            await asyncio.sleep(pause)
+            try:
+                await self._replace_writer()
+                return await batch_committed(self._writer_conn, token)
+            except Exception as exc:
+                if not is_disconnect(exc) and not isinstance(exc, ConnectionError):
+                    raise
+                last = exc
                 await self._drop_writer()
-            raise
+        raise DatabaseUnavailableError(
+            f"lost the connection to PostgreSQL at {self._endpoint} while committing a write and could not "
+            f"reconnect to learn whether it committed; its outcome is unknown ({type(last).__name__}: {last})"
+        ) from cause
 
     async def _drop_writer(self) -> None:
         conn, self._writer_conn = self._writer_conn, None
@@ -134,6 +201,10 @@ class PostgresBackend:
 
     def readonly_error(self) -> Exception:
         return PermissionError(READ_ONLY_MESSAGE)
+
+    def write_refusal(self) -> Exception | None:
+        """PostgreSQL has no store-wide refusal (damaged pages are the server's business): always None."""
+        return None
 
     async def storage_info(self) -> dict[str, Any]:
         asyncpg = load_driver()

@@ -7,12 +7,13 @@ SQLite; this module covers what only the server detects.
 
 from __future__ import annotations
 
-from ..errors import DatabaseUnavailableError, IntegrityError
+from ..errors import DatabaseUnavailableError, IntegrityError, LockTimeoutError, StatementTimeoutError
 
 __all__ = ["BUSY_SQLSTATES", "DISCONNECT_SQLSTATES", "is_busy", "is_disconnect", "to_store_error", "unavailable"]
 
-# Deadlock, serialization failure, lock_timeout: another process holds what we need; worth a retry.
-BUSY_SQLSTATES = frozenset({"40P01", "40001", "55P03"})
+# Deadlock, serialization failure: another process holds what we need; worth a retry.
+# (lock_timeout, 55P03, is not: the caller chose that limit; it gets LockTimeoutError.)
+BUSY_SQLSTATES = frozenset({"40P01", "40001"})
 # Connection exceptions, operator intervention (admin shutdown, crash), cannot-connect-now.
 DISCONNECT_SQLSTATES = ("08", "57P01", "57P02", "57P03")
 
@@ -34,16 +35,27 @@ def is_disconnect(exc: BaseException) -> bool:
 
     state = _sqlstate(exc)
     return (
-        isinstance(exc, (OSError, asyncpg.InterfaceError, ConnectionError))
+        # InternalClientError: the protocol state broke (e.g. a termination notice raced a
+        # statement); the connection cannot be used again either.
+        isinstance(exc, (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError, ConnectionError))
         or any(state.startswith(prefix) for prefix in DISCONNECT_SQLSTATES)
     )
 
 
 def to_store_error(exc: BaseException) -> BaseException:
-    """Constraint violations become ``IntegrityError`` worded like SQLite's; NUL in text a ValueError; others pass through."""
+    """Map server errors to the store's classes; others pass through.
+
+    Constraint violations become ``IntegrityError`` worded like SQLite's, NUL
+    in text a ``ValueError``, statement_timeout ``StatementTimeoutError`` and
+    lock_timeout ``LockTimeoutError``.
+    """
     state = _sqlstate(exc)
     err: Exception
-    if state == "22021":  # character_not_in_repertoire: TEXT cannot hold NUL
+    if state == "57014":  # query_canceled: statement_timeout (a cancelled task never gets here)
+        err = StatementTimeoutError(f"PostgreSQL cancelled the statement: statement_timeout reached ({exc})")
+    elif state == "55P03":
+        err = LockTimeoutError(f"PostgreSQL gave up waiting for a lock: lock_timeout reached ({exc})")
+    elif state == "22021":  # character_not_in_repertoire: TEXT cannot hold NUL
         err = ValueError(f"PostgreSQL text columns cannot store NUL characters ({exc})")
     elif state in _CONSTRAINT_WORDS:
         where = getattr(exc, "constraint_name", None) or getattr(exc, "table_name", None) or "?"

@@ -95,6 +95,9 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("session_id", "TEXT PRIMARY KEY"), ("holder", "TEXT NOT NULL"),
         ("acquired_at", f"{_REAL} NOT NULL"), ("expires_at", f"{_REAL} NOT NULL"),
     ),
+    # PostgreSQL only: each write batch inserts its token here in its own transaction, so a
+    # writer that lost the COMMIT reply can look it up (hermes_state.postgres.outcome).
+    "write_batches": (("token", "TEXT PRIMARY KEY"),),
 }
 
 # Table-level constraints created with the table (never added later: they need clean data).

@@ -17,6 +17,10 @@ a savepoint (a run that raises falls back to one savepoint per command),
 every other command in its own savepoint, so one that raises is rolled back
 alone and only its caller gets the exception. A lost connection is never
 retried here (the backend decides).
+With a ``token``, the transaction also inserts it into ``write_batches`` (and
+deletes the writer's previous one), and the outcomes are put in ``done``
+before COMMIT is sent, so a caller that loses the COMMIT reply can find out
+whether the batch committed and, if it did, what each command returned.
 ``standalone`` commands (VACUUM and the like) run outside any transaction.
 """
 
@@ -31,11 +35,34 @@ from ..commands.base import Command
 from .errors import is_disconnect, to_store_error
 from .handlers import BULK_HANDLERS, handler_for
 
-__all__ = ["apply_batch", "session_ids_of"]
+__all__ = ["BatchToken", "apply_batch", "session_ids_of"]
 
 log = logging.getLogger("hermes_state.postgres.writer")
 
 _LOCK_SQL = "SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
+_TOKEN_SQL = (
+    "WITH gone AS (DELETE FROM write_batches WHERE token = $2) INSERT INTO write_batches (token) VALUES ($1)"
+)
+
+Done = list[list[Outcome]]
+
+
+class BatchToken:
+    """This batch's token and the writer's previous one (deleted in the same transaction)."""
+
+    __slots__ = ("token", "previous")
+
+    def __init__(self, token: str, previous: str | None) -> None:
+        self.token = token
+        self.previous = previous
+
+
+async def _finish(conn: Any, token: BatchToken | None, done: Done | None, outcomes: list[Outcome]) -> None:
+    """Last step before COMMIT: record the token and hand the outcomes out."""
+    if token is not None:
+        await conn.execute(_TOKEN_SQL, token.token, token.previous)
+    if done is not None:
+        done.append(outcomes)
 
 
 def session_ids_of(command: Command) -> list[str]:
@@ -87,7 +114,9 @@ async def _try_bulk(conn: Any, commands: list[Command]) -> list[Outcome] | None:
     return [(ok, value if ok else to_store_error(value)) for ok, value in results]
 
 
-async def _apply_optimistic(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+async def _apply_optimistic(
+    conn: Any, commands: Sequence[Command], token: BatchToken | None, done: Done | None
+) -> list[Outcome]:
     """Every run through its bulk or single handler in one transaction, no savepoints; raises if any handler does."""
     outcomes: list[Outcome] = []
     async with conn.transaction():
@@ -98,13 +127,16 @@ async def _apply_optimistic(conn: Any, commands: Sequence[Command]) -> list[Outc
                 outcomes.extend((ok, value if ok else to_store_error(value)) for ok, value in results)
             else:
                 outcomes.append((True, await handler_for(commands[run[0]])(conn, commands[run[0]])))
+        await _finish(conn, token, done, outcomes)
     return outcomes
 
 
-async def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+async def _apply_transaction(
+    conn: Any, commands: Sequence[Command], token: BatchToken | None = None, done: Done | None = None
+) -> list[Outcome]:
     if len(commands) > 1:
         try:
-            return await _apply_optimistic(conn, commands)
+            return await _apply_optimistic(conn, commands, token, done)
         except Exception as exc:
             if conn.is_closed() or is_disconnect(exc):
                 raise
@@ -115,6 +147,7 @@ async def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Out
             async with conn.transaction():
                 await _lock_sessions(conn, commands)
                 result = await handler_for(command)(conn, command)
+                await _finish(conn, token, done, [(True, result)])
         except Exception as exc:
             if not conn.is_closed():
                 return [(False, to_store_error(exc))]
@@ -132,7 +165,9 @@ async def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Out
                     continue
             for pos in run:
                 outcomes[pos] = await _apply_one(conn, commands[pos])
-    return [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
+        final = [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
+        await _finish(conn, token, done, final)
+    return final
 
 
 async def _apply_standalone(conn: Any, command: Command) -> Outcome:
@@ -142,15 +177,19 @@ async def _apply_standalone(conn: Any, command: Command) -> Outcome:
         return (False, to_store_error(exc))
 
 
-async def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+async def apply_batch(
+    conn: Any, commands: Sequence[Command], token: BatchToken | None = None, done: Done | None = None
+) -> list[Outcome]:
     """Apply ``commands`` in order; returns one outcome per command.
 
     Raises only when a transaction as a whole cannot run or commit (the
     connection dropped, a deadlock at the lock step); then none of that
-    transaction's commands were applied.
+    transaction's commands were applied, unless the COMMIT itself was lost
+    (``done`` then holds the outcomes, and the token tells). ``token`` and
+    ``done`` apply to a batch without standalone commands (one transaction).
     """
     if not any(c.standalone for c in commands):
-        return await _apply_transaction(conn, commands)
+        return await _apply_transaction(conn, commands, token, done)
     outcomes: list[Outcome] = []
     group: list[Command] = []
     for command in [*commands, None]:
