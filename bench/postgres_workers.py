@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import multiprocessing
 import os
@@ -79,10 +80,10 @@ def _instrument() -> dict[str, list[float]]:
         finally:
             samples["checkout"].append(time.perf_counter() - t0)
 
-    async def timed_apply(conn: Any, commands: Any) -> Any:
+    async def timed_apply(conn: Any, commands: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return await apply(conn, commands)
+            return await apply(conn, commands, *args, **kwargs)
         finally:
             samples["batch"].append(time.perf_counter() - t0)
             samples["batch_size"].append(len(commands))
@@ -124,7 +125,9 @@ async def _worker(dsn: str, prefix: str, agents: int, seconds: float, start_at: 
         began = time.time()
         await asyncio.gather(*(agent(sid) for sid in sessions))
         ended = time.time()
-        stats = await db.writer_stats() if hasattr(db, "writer_stats") else None
+        stats = db.writer_stats() if hasattr(db, "writer_stats") else None
+        if inspect.isawaitable(stats):  # async on the facade; a sync twin exists on some branches
+            stats = await stats
     finally:
         await db.close()
     return {

@@ -67,7 +67,7 @@ def test_info_human_and_json_leave_no_sidecars(built: Path) -> None:
     assert info["journal_mode"] == file_mode and info["sessions"] == 5 and info["messages"] == 9
     assert info["file_bytes"] == built.stat().st_size and info["wal_bytes"] == 0
     assert info["fts"] == "current" and info["fts_rebuild"] is None
-    assert info["writer"]["commands"] == 0 and info["writer"]["running"] is False
+    assert info["writer"]["commands_applied"] == 0 and info["writer"]["batches_applied"] == 0
     human = run_cli(built.parent, "--db", str(built), "info")
     assert human.returncode == 0
     assert "5 sessions, 9 messages" in human.stdout and f"journal mode {file_mode}" in human.stdout

@@ -23,10 +23,6 @@ from hermes_state.encoding import JSON_CONTENT_PREFIX, decode_content, join_cont
 from hermes_state.limits import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH
 from tests.raw_sql import fetch_rows
 
-# PostgreSQL: methods whose backend queries belong to groups not on main yet (search: pgC). Tests that
-# need them stay SQLite-only until they land; drop the marks then.
-PENDING_ON_POSTGRES = {"search_messages", "search_sessions"}
-pending_on_postgres = pytest.mark.backends("sqlite")
 
 
 MARKER_STRINGS = [
@@ -264,7 +260,6 @@ async def test_deep_nesting_is_a_value_error_naming_the_limit(store: SessionDB) 
         await store.append_message("s", "user", nested(MAX_JSON_DEPTH + 1))
 
 
-@pending_on_postgres  # search_messages with the largest limits
 async def test_integers_past_64_bits_are_refused_naming_the_argument(store: SessionDB) -> None:
     await store.create_session("s", "cli")
     await store.append_message("s", "user", "keep")
@@ -377,21 +372,10 @@ async def test_every_numeric_argument_refuses_out_of_range_values(
 
 @pytest.mark.parametrize(
     ("method", "arg", "kind"),
-    [p for p in NUMERIC_PARAMETERS if p[2] == "int" and p[0] not in PENDING_ON_POSTGRES], ids=str,
+    [p for p in NUMERIC_PARAMETERS if p[2] == "int"], ids=str,
 )
 async def test_every_int_argument_takes_the_64_bit_extremes(store: SessionDB, method: str, arg: str, kind: str) -> None:
     """The extremes either work or fail with a documented ValueError (a negative limit, an unknown row id)."""
-    await _takes_the_64_bit_extremes(store, method, arg)
-
-
-@pending_on_postgres
-@pytest.mark.parametrize(
-    ("method", "arg", "kind"),
-    [p for p in NUMERIC_PARAMETERS if p[2] == "int" and p[0] in PENDING_ON_POSTGRES], ids=str,
-)
-async def test_every_int_argument_takes_the_64_bit_extremes_pending(
-    store: SessionDB, method: str, arg: str, kind: str
-) -> None:
     await _takes_the_64_bit_extremes(store, method, arg)
 
 

@@ -58,7 +58,7 @@ async def _facts(db: Any, target: Target) -> dict[str, Any]:
     info["messages"] = await db.message_count()
     info["fts_rebuild"] = await _if_supported(db.fts_rebuild_status())
     info["fts_cjk_rebuild"] = await _if_supported(db.fts_cjk_rebuild_status())
-    info["writer"] = db.writer_stats()
+    info["writer"] = await db.writer_stats()
     return info
 
 
@@ -79,8 +79,7 @@ async def run_info(args: argparse.Namespace) -> int:
     fts = info.get("fts") or "-"
     print(f"  full-text index: {fts}" + (f", backfill {pending['percent']}% done" if pending else ""))
     writer = info["writer"]
-    print(f"  writer (this process): {writer['commands']} commands in {writer['batches']} commits"
-          + ("" if writer["running"] else ", not running (read-only)"))
+    print(f"  writer (this process): {writer['commands_applied']} commands in {writer['batches_applied']} commits")
     return OK
 
 

@@ -27,17 +27,3 @@ class HealthMethods(StoreBase):
         now = time.time()
         rows = await self._query("compression_leases")
         return [{**row, "live": row["expires_at"] is not None and row["expires_at"] > now} for row in rows]
-
-    def writer_stats(self) -> dict[str, Any]:
-        """Return this store's writer counters: ``commands`` committed, in ``batches`` group commits.
-
-        ``commands_per_batch`` is their ratio (0.0 before the first commit);
-        ``running`` tells whether the writer task is up (never on a read-only store).
-        """
-        batches, commands = self._actor.batches, self._actor.commands
-        return {
-            "batches": batches,
-            "commands": commands,
-            "commands_per_batch": round(commands / batches, 2) if batches else 0.0,
-            "running": self._actor.running,
-        }
