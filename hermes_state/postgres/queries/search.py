@@ -41,7 +41,16 @@ from ..schema import SEARCH_DOCUMENT
 from .lineage_sql import last_active_sql
 from .registry import query
 
-__all__ = ["fts_layout_name", "fts_markers", "fts_optimize_pending", "fts_storage_unsettled", "search_messages_rows", "search_sessions_rows", "tsquery_parts", "word_search_statement"]
+__all__ = [
+    "fts_layout_name",
+    "fts_markers",
+    "fts_optimize_pending",
+    "fts_storage_unsettled",
+    "search_messages_rows",
+    "search_sessions_rows",
+    "tsquery_parts",
+    "word_search_statement",
+]
 
 log = logging.getLogger("hermes_state.search")
 
