@@ -516,7 +516,13 @@ def main() -> int:
     parser.add_argument("--suite", choices=("large", "zipf", "stall"), default="large", help="which benchmark (default large)")
     parser.add_argument("--reads", type=int, default=200, help="stall: get_messages calls per phase")
     parser.add_argument("--deadline-ms", type=float, default=10000.0, help="stall: sessions.search_timeout_ms")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite", help="postgres: bench/search_postgres.py")
+    parser.add_argument("--dsn", help="postgres: server DSN (default $HERMES_TEST_POSTGRES_DSN)")
     args = parser.parse_args()
+    if args.backend == "postgres":
+        from bench import search_postgres
+
+        return search_postgres.main(args)
     if args.suite != "large":
         return run_suite(args)
     report = asyncio.run(run(args))

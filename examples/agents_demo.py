@@ -7,7 +7,8 @@ official ``openai`` SDK, when installed) or directly as an in-process provider.
     python examples/agents_demo.py                 # loopback HTTP if openai is installed
     python examples/agents_demo.py --provider toy  # in-process, no openai needed
 
-The demo keeps its files in a temporary HERMES_HOME unless you pass --home.
+The demo keeps its files in a temporary HERMES_HOME, removed at the end, unless
+you pass --home. It exits with status 1 when any agent turn fails.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -118,9 +120,16 @@ async def get_weather(arguments: dict[str, Any], context: Any) -> dict[str, Any]
 # -------------------------------------------------------------------------- host
 
 
-async def run(provider_kind: str) -> None:
+def _failed(label: str, result: dict[str, Any], failures: list[str]) -> None:
+    if result.get("failed"):
+        failures.append(f"{label}: {result.get('error') or result.get('turn_exit_reason') or 'turn failed'}")
+
+
+async def run(provider_kind: str) -> list[str]:
+    """Run the demo; returns one line per failed agent turn (empty when all succeeded)."""
     from hermes_agent import SESSION_SEARCH_TOOL
 
+    failures: list[str] = []
     tools = [get_weather, SESSION_SEARCH_TOOL]
     db = SessionDB()  # $HERMES_HOME/state.db, shared by every agent of this process
     server: LoopbackChatServer | None = None
@@ -149,6 +158,7 @@ async def run(provider_kind: str) -> None:
         agents = [agent() for _ in prompts]
         results = await asyncio.gather(*(a.run_conversation(p) for a, p in zip(agents, prompts)))
         for a, result in zip(agents, results):
+            _failed(a.session_id, result, failures)
             stored = await db.get_messages(a.session_id)
             print(f"  {a.session_id}: {result['final_response']!r}  ({len(stored)} rows)")
         await asyncio.gather(*(a.close() for a in agents))  # ends each session; the store stays open
@@ -158,14 +168,16 @@ async def run(provider_kind: str) -> None:
         tip, history = await load_resume_history(db, first_id)
         resumed = agent(session_id=tip)
         result = await resumed.run_conversation("Also remember: demo day is Friday.", conversation_history=history)
+        _failed(f"resumed {tip}", result, failures)
         rows = await db.get_messages(tip)
         print(f"resumed {tip} (same id: {tip == first_id}): {result['final_response']!r}, now {len(rows)} rows")
         await resumed.close()
 
         # 3. A new agent recalls something from another session with session_search.
         recaller = agent()
-        answer = await recaller.chat("recall BLUEBIRD")
-        print(f"recall: {answer}")
+        recalled = await recaller.run_conversation("recall BLUEBIRD")
+        _failed("recall", recalled, failures)
+        print(f"recall: {recalled['final_response']}")
         await recaller.close()
 
         # 4. The host can call the tool function itself too (browse shape).
@@ -178,9 +190,11 @@ async def run(provider_kind: str) -> None:
         if server is not None:
             await server.close()
         await db.close()  # once, at shutdown
+    return failures
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo from the command line; returns the exit status (1 if any turn failed)."""
     try:
         import openai  # noqa: F401
 
@@ -190,12 +204,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--provider", choices=["loopback", "toy"], default=default)
     parser.add_argument("--home", help="HERMES_HOME to use (default: a temporary directory)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="hermes-agents-demo-"))
     home.mkdir(parents=True, exist_ok=True)
     os.environ["HERMES_HOME"] = str(home)
-    asyncio.run(run(args.provider))
+    try:
+        failures = asyncio.run(run(args.provider))
+    finally:
+        if not args.home:  # a home we created is ours to remove; one the user named is theirs
+            shutil.rmtree(home, ignore_errors=True)
+    for failure in failures:
+        print(f"agent turn failed: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

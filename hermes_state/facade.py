@@ -88,6 +88,9 @@ class StoreBase:
     TITLE_SOURCE_DERIVED: ClassVar[str] = "derived"
     TITLE_SOURCE_LLM: ClassVar[str] = "llm"
     TITLE_SOURCE_USER: ClassVar[str] = "user"
+    # Inspection tools set this on a subclass: a read-only store then reads an
+    # idle WAL file without creating -wal/-shm files (SQLite ``immutable``).
+    SNAPSHOT_READS: ClassVar[bool] = False
 
     def __init__(self, db_path: os.PathLike[str] | str | None = None, read_only: bool = False) -> None:
         self.read_only: bool = bool(read_only)
@@ -115,7 +118,7 @@ class StoreBase:
     def _make_backend(self) -> Backend:
         from .sqlite.backend import SQLiteBackend
 
-        return SQLiteBackend(self.db_path, read_only=self.read_only, home=captured_home())
+        return SQLiteBackend(self.db_path, read_only=self.read_only, home=captured_home(), snapshot=self.SNAPSHOT_READS)
 
     def _target_label(self) -> str:
         """What ``repr`` shows for the database (never a password)."""

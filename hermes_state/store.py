@@ -35,6 +35,7 @@ from .encoding import encode_message_args, encode_message_dicts, hashed_prompt
 from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
 from .limits import NOT_JSON, check_json_value, int64_arg, json_text, parse_json_text
 from .methods.compression import CompressionMethods
+from .methods.health import HealthMethods
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
 from .methods.search import SearchMethods
@@ -458,6 +459,7 @@ class SessionDB(
     ListingMethods,
     UsageMethods,
     MaintenanceMethods,
+    HealthMethods,
     CoreMethods,
 ):
     """An async session store shared by every agent of one worker.

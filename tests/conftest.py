@@ -38,6 +38,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("store", names, indirect=True)
 
 
+# Fixtures that mean "this test talks to the PostgreSQL server".
+POSTGRES_FIXTURES = frozenset({"pg_dsn", "pg_admin_dsn"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every PostgreSQL test ``postgres``, so a run can select or deselect them with ``-m``.
+
+    .ci/run's second pass (the interpreter's sqlite3) deselects them: the
+    driver variable changes nothing on PostgreSQL, and CI time is bounded.
+    """
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("store") == "postgres"
+        uses_server = bool(POSTGRES_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+        if on_postgres or uses_server or item.path.name.startswith("test_postgres"):
+            item.add_marker(pytest.mark.postgres)
+
+
 # The only skip CI accepts: CJK tests that need SQLite extension loading, on a
 # driver built without it (the interpreter's own sqlite3 here).
 ALLOWED_SKIP_REASONS = ("this SQLite driver cannot load extensions",)

@@ -263,10 +263,12 @@ async def test_vacuum_reclaims_space_and_logical_size(store: SessionDB) -> None:
 @pytest.mark.backends("postgres")
 async def test_vacuum_merges_search_indexes_and_analyzes(store: SessionDB) -> None:
     await fill_and_clear(store)
+    # Catalog joins, not pg_indexes: its pg_get_indexdef() trips over other runs' schemas being dropped.
     gin = await fetch_rows(
         store,
-        "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'messages' "
-        "AND indexdef LIKE '%USING gin%'",
+        "SELECT COUNT(*) FROM pg_class AS c JOIN pg_am AS am ON am.oid = c.relam "
+        "JOIN pg_namespace AS n ON n.oid = c.relnamespace JOIN pg_index AS i ON i.indexrelid = c.oid "
+        "WHERE n.nspname = current_schema() AND am.amname = 'gin' AND i.indrelid = 'messages'::regclass",
     )
     assert await store.vacuum() == gin[0][0] >= 1  # every search index's pending list merged
     analyzed = await fetch_rows(

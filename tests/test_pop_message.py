@@ -40,7 +40,6 @@ async def test_pop_skips_compacted_history(store: SessionDB) -> None:
     assert [m["content"] for m in await store.get_messages("s", include_inactive=True)] == ["old"]
 
 
-@pytest.mark.backends("sqlite")  # search_messages is not on PostgreSQL yet (issue 11 phase 2)
 async def test_a_popped_row_leaves_the_search_index(store: SessionDB) -> None:
     await store.create_session("s", source="test")
     await store.append_message("s", "user", "kept marmalade")

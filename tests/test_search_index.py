@@ -13,7 +13,8 @@ from hermes_state import SessionDB
 from hermes_state.sqlite.driver import driver_module
 from hermes_state.sqlite.search.fts_schema import legacy_tables_sql, legacy_triggers_sql
 
-# PostgreSQL: this module's methods are not on that backend yet (issue 11 phase 2); drop the mark when they are.
+# SQLite only: every test here inspects or damages the FTS5 tables in the file; PostgreSQL's
+# counterparts of these upkeep calls are covered in test_postgres_search.py.
 pytestmark = pytest.mark.backends("sqlite")
 
 

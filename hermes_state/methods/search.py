@@ -171,13 +171,15 @@ class SearchMethods(StoreBase):
         slow_ms = _slow_ms(config)
         timeout_ms = _timeout_ms(config)
         args = (query, sources, excluded, roles, limit, offset, order, bool(include_inactive), with_context, with_snippet)
-        deadline = asyncio.timeout(timeout_ms / 1000.0 if 0 < timeout_ms < float("inf") else None)
+        limit_s = timeout_ms / 1000.0 if 0 < timeout_ms < float("inf") else None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
-            async with deadline:
-                hits = await self._search_with_repair(args, slow_ms)
-        except TimeoutError:
-            if not deadline.expired():
-                raise
+            # wait_for, not asyncio.timeout: the package supports Python 3.10.
+            hits = await asyncio.wait_for(self._search_with_repair(args, slow_ms), limit_s)
+        except asyncio.TimeoutError:
+            if limit_s is None or loop.time() - started < limit_s:
+                raise  # a timeout from inside the search, not the deadline
             raise SearchTimeoutError(timeout_ms) from None
         if projection is not None:
             hits = [{f: hit[f] for f in projection if f in hit} for hit in hits]

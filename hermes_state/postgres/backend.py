@@ -202,6 +202,10 @@ class PostgresBackend:
     def readonly_error(self) -> Exception:
         return PermissionError(READ_ONLY_MESSAGE)
 
+    def write_refusal(self) -> Exception | None:
+        """PostgreSQL has no store-wide refusal (damaged pages are the server's business): always None."""
+        return None
+
     async def storage_info(self) -> dict[str, Any]:
         asyncpg = load_driver()
         info: dict[str, Any] = {

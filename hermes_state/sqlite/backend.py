@@ -46,9 +46,16 @@ READER_BUSY_TIMEOUT_MS = 5000
 def _preflight(path: Path) -> None:
     """Create the parent directory and fail early, and clearly, on unwritable paths."""
     parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir():
         raise sqlite3.OperationalError(f"unable to open database file: {path} is a directory")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # The same wording as a read-only directory below, not a raw PermissionError.
+        raise sqlite3.OperationalError(
+            f"state.db is not writable: directory {parent} cannot be created for this user "
+            f"({exc.strerror or exc}). Fix its permissions or point the store at another path."
+        ) from None
     quarantine_zeroed_state_db(path)
     for kind, target in (("directory", parent), ("file", path), ("file", Path(f"{path}-wal")), ("file", Path(f"{path}-shm"))):
         if target.exists() and not os.access(target, os.R_OK | os.W_OK):
@@ -56,6 +63,24 @@ def _preflight(path: Path) -> None:
                 f"state.db is not writable: {kind} {target} is read-only for this user. "
                 "Fix its permissions or point the store at another path."
             )
+
+
+def _idle_wal_file(path: Path) -> bool:
+    """True for a WAL-mode file without -wal/-shm beside it: nobody has it open, everything is checkpointed.
+
+    Any open WAL connection keeps a -shm file, so its absence means an
+    immutable read sees the whole database (a writer that starts during the
+    read is the caller's risk; snapshot mode is for inspection tools).
+    """
+    if Path(f"{path}-wal").exists() or Path(f"{path}-shm").exists():
+        return False
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    # Bytes 18 and 19 of the header are the read/write format versions: 2 means WAL.
+    return len(header) == 20 and header[18] == 2 and header[19] == 2
 
 
 def _setup_writer(conn: Any, config: StoreConfig, label: str, home: Path | None = None) -> dict[str, Any]:
@@ -268,9 +293,13 @@ class SQLiteReader:
 class SQLiteBackend:
     """Owns the connections to one SQLite file."""
 
-    def __init__(self, path: Path, *, read_only: bool, home: Path | None = None) -> None:
+    def __init__(self, path: Path, *, read_only: bool, home: Path | None = None, snapshot: bool = False) -> None:
         self.path = path
         self.read_only = read_only
+        # Read-only inspection of a WAL file no process has open: read it as
+        # immutable so no -wal/-shm files are created and no write permission
+        # is needed (see _reader_uri).
+        self.snapshot = snapshot and read_only
         self.home = home
         self.config = StoreConfig()
         self.reader = SQLiteReader(self)
@@ -289,9 +318,11 @@ class SQLiteBackend:
                 _preflight(self.path)
                 self._writer_conn = await open_connection(str(self.path), timeout=WRITER_BUSY_TIMEOUT_MS / 1000)
                 self._facts = await run_on(self._writer_conn, _setup_writer, self.config, self.path.name, self.home)
+            elif self.path.is_dir():
+                raise sqlite3.OperationalError(f"unable to open database file: {self.path} is a directory")
             elif not self.path.exists():
                 raise sqlite3.OperationalError(f"unable to open database file: {self.path} does not exist")
-            uri = self.path.absolute().as_uri() + "?mode=ro"
+            uri = self._reader_uri()
             # Read-only stores have no writer; otherwise the readers follow the writer.
             cjk = self.read_only or bool(self._facts.get("cjk"))
             for _ in range(self.config.database.read_connections):
@@ -300,6 +331,8 @@ class SQLiteBackend:
                 facts = await run_on(reader, _setup_reader, self.config, cjk, self.home)
                 for key, value in facts.items():
                     self._facts.setdefault(key, value)
+            if uri.endswith("&immutable=1"):
+                self._facts["journal_mode"] = "wal"  # an immutable read reports the default, not the file's mode
             # Searches run on every connection but the first (when there are two
             # or more), one at a time each, at a lower CPU priority.
             for lane in self._lanes[1:]:
@@ -312,6 +345,12 @@ class SQLiteBackend:
             if isinstance(exc, Exception) and is_malformed_error(exc):
                 raise DatabaseMalformedError(str(self.path), str(exc)) from exc
             raise
+
+    def _reader_uri(self) -> str:
+        uri = self.path.absolute().as_uri() + "?mode=ro"
+        if self.snapshot and _idle_wal_file(self.path):
+            return uri + "&immutable=1"
+        return uri
 
     def write_refusal(self) -> Exception | None:
         """The error every write raises before it is queued, once the file is known to be damaged."""

@@ -404,7 +404,7 @@ def _ranked_candidates(
 def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[str, Any]]:
     """Run ``match`` against FTS table ``table`` with the request's filters, order and page."""
     by_rank = req.sort not in ("newest", "oldest")
-    rows: list[Sequence[Any]] | None = None
+    rows: Sequence[Sequence[Any]] | None = None
     snippets: dict[int, Any] = {}
     if by_rank and not (req.sources is not None or req.excluded or req.roles) and _default_rank(conn, table):
         ranked = _ranked_candidates(conn, req, table, match)

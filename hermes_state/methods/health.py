@@ -1,0 +1,43 @@
+"""Health checks a doctor or a monitoring probe runs: file integrity and compression leases."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..facade import StoreBase
+
+__all__ = ["HealthMethods"]
+
+
+class HealthMethods(StoreBase):
+    """Read-only checks; they work on read-only stores and never enter the write queue."""
+
+    async def integrity_problems(self) -> list[str]:
+        """Run the database's own integrity check; returns ``[]`` when clean, else the first problems found."""
+        return list(await self._query("integrity_problems"))
+
+    async def compression_leases(self) -> list[dict[str, Any]]:
+        """Return every compression lease row, oldest first.
+
+        Each dict has ``session_id``, ``holder``, ``acquired_at``,
+        ``expires_at`` (epoch seconds) and ``live`` (not yet expired).
+        Expired rows are harmless: the next acquirer replaces them.
+        """
+        now = time.time()
+        rows = await self._query("compression_leases")
+        return [{**row, "live": row["expires_at"] is not None and row["expires_at"] > now} for row in rows]
+
+    def writer_stats(self) -> dict[str, Any]:
+        """Return this store's writer counters: ``commands`` committed, in ``batches`` group commits.
+
+        ``commands_per_batch`` is their ratio (0.0 before the first commit);
+        ``running`` tells whether the writer task is up (never on a read-only store).
+        """
+        batches, commands = self._actor.batches, self._actor.commands
+        return {
+            "batches": batches,
+            "commands": commands,
+            "commands_per_batch": round(commands / batches, 2) if batches else 0.0,
+            "running": self._actor.running,
+        }

@@ -1,0 +1,462 @@
+"""Search reads on PostgreSQL: ``search_messages_rows``, ``search_sessions_rows`` and the FTS status queries.
+
+Word search runs on the GIN index over :data:`schema.SEARCH_DOCUMENT`; the
+query repeats that expression verbatim so the planner can use the index.
+The user's text goes through the same sanitizer as on SQLite and its FTS5
+meaning (phrases, ``prefix*``, implicit AND, ``OR``, ``NOT``) is rebuilt as
+a ``tsquery`` out of ``phraseto_tsquery``/``to_tsquery`` pieces, so
+PostgreSQL's own parser tokenizes every term the way it tokenized the
+document. Substring routes (CJK text, and a word query with no hit) use
+``ILIKE``, which a ``pg_trgm`` GIN index accelerates where one exists.
+
+Snippets are built in Python for the returned page only, from at most the
+first 64 KiB of each hit, with the bounded window of
+``sqlite.search.snippet``: a row with thousands of hits costs no more than
+one with a few. The search deadline is the facade's: cancelling the
+awaiting task makes asyncpg cancel the statement on the server, and the
+pool rolls the connection back before reusing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, NamedTuple
+
+from ...encoding import decode_content
+from ...sqlite.search.sanitize import (
+    OPERATORS,
+    contains_cjk,
+    count_cjk,
+    like_pattern,
+    plain_tokens,
+    quote_for_substring_index,
+    sanitize_fts5_query,
+    trigram_eligible,
+)
+from ...sqlite.search.snippet import bounded_snippet, phrase_pattern
+from ..content import from_columns
+from ..schema import SEARCH_DOCUMENT
+from .lineage_sql import last_active_sql
+from .registry import query
+
+__all__ = ["fts_layout_name", "fts_markers", "fts_optimize_pending", "fts_storage_unsettled", "search_messages_rows", "search_sessions_rows", "tsquery_parts", "word_search_statement"]
+
+log = logging.getLogger("hermes_state.search")
+
+CONTEXT_CHARS = 200
+# Characters of a hit's content handed to Python (context and snippet need only the start).
+_CLIP_CHARS = 65536
+_ITEM = re.compile(r'"((?:[^"]|"")*)"(\*?)|(\S+)')
+
+
+class _Item(NamedTuple):
+    text: str
+    prefix: bool
+
+
+def _groups(match: str) -> list[tuple[list[_Item], list[_Item]]]:
+    """A sanitized FTS5 query as OR-groups of (required items, excluded items).
+
+    FTS5 binds ``NOT`` tighter than the implicit ``AND`` and ``AND`` tighter
+    than ``OR``, so the query is a disjunction of conjunctions.
+    """
+    groups: list[tuple[list[_Item], list[_Item]]] = []
+    positive: list[_Item] = []
+    negative: list[_Item] = []
+    negate = False
+    for found in _ITEM.finditer(match):
+        quoted, star, bare = found.groups()
+        if bare is not None and bare.upper() in OPERATORS | {"NEAR"}:
+            word = bare.upper()
+            if word == "OR":
+                groups.append((positive, negative))
+                positive, negative, negate = [], [], False
+            elif word == "NOT":
+                negate = True
+            continue
+        if quoted is not None:
+            item = _Item(quoted.replace('""', '"'), bool(star))
+        else:
+            item = _Item(bare.rstrip("*").replace("*", " "), bare.endswith("*"))
+        if item.text.strip():
+            (negative if negate else positive).append(item)
+        negate = False
+    groups.append((positive, negative))
+    return [g for g in groups if g[0]]
+
+
+def _prefix_literal(text: str) -> str:
+    # A tsquery quoted string: '' and \\ escaped; ':*' makes every lexeme of it a prefix.
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "':*"
+
+
+def tsquery_parts(match: str, first: int = 1) -> tuple[str | None, list[str]]:
+    """SQL for the ``tsquery`` meaning ``match`` (a sanitized FTS5 query), with its parameters.
+
+    Placeholders start at ``$first``. None when nothing searchable is left.
+    """
+    params: list[str] = []
+
+    def piece(item: _Item) -> str:
+        if item.prefix:
+            params.append(_prefix_literal(item.text))
+            return f"to_tsquery('simple', ${first + len(params) - 1})"
+        params.append(item.text)
+        return f"phraseto_tsquery('simple', ${first + len(params) - 1})"
+
+    ors = []
+    for positive, negative in _groups(match):
+        ands = [piece(i) for i in positive] + [f"(!! {piece(i)})" for i in negative]
+        ors.append("(" + " && ".join(ands) + ")")
+    if not ors:
+        return None, []
+    return " || ".join(ors), params
+
+
+class _Search(NamedTuple):
+    query: str  # sanitized
+    sources: tuple[str, ...] | None
+    excluded: tuple[str, ...] | None
+    roles: tuple[str, ...] | None
+    limit: int
+    offset: int
+    sort: str | None
+    include_inactive: bool
+    with_snippet: bool
+
+    @property
+    def wants_tool_rows(self) -> bool:
+        return self.roles is not None and "tool" in self.roles
+
+    def filters(self, params: list[Any]) -> list[str]:
+        """WHERE clauses on ``m`` and ``s``; their values are appended to ``params``."""
+        where: list[str] = []
+        if not self.include_inactive:
+            where.append("(m.active = 1 OR m.compacted = 1)")
+        if self.sources is not None:
+            params.append(list(self.sources))
+            where.append(f"s.source = ANY(${len(params)}::text[])")
+        if self.excluded:
+            params.append(list(self.excluded))
+            where.append(f"NOT (s.source = ANY(${len(params)}::text[]))")
+        if self.roles:
+            params.append(list(self.roles))
+            where.append(f"m.role = ANY(${len(params)}::text[])")
+        return where
+
+
+_HIT_COLUMNS = (
+    "m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started, "
+    f"m.content_kind, CASE WHEN m.content_kind = 0 THEN left(m.content, {_CLIP_CHARS}) ELSE m.content END AS content, "
+    f"m.content_bytes, left(m.tool_calls, {_CLIP_CHARS}) AS tool_calls"
+)
+
+
+def _content(record: Any) -> Any:
+    return from_columns(record["content_kind"], record["content"], record["content_bytes"])
+
+
+def _plain(value: Any) -> str:
+    """The text SQLite's index holds for a stored value (structured content in its encoded form)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _hit(record: Any, pattern: re.Pattern[str] | None, substring: bool) -> dict[str, Any]:
+    content = _content(record)
+    snippet = None
+    if pattern is not None:
+        texts = [_plain(content), record["tool_name"] or "", record["tool_calls"] or ""]
+        snippet = next((s for s in (bounded_snippet(t, pattern, substring) for t in texts) if s is not None), None)
+    return {
+        "id": record["id"],
+        "session_id": record["session_id"],
+        "role": record["role"],
+        "snippet": snippet,
+        "timestamp": record["timestamp"],
+        "tool_name": record["tool_name"],
+        "source": record["source"],
+        "model": record["model"],
+        "session_started": record["session_started"],
+        "content": content,
+    }
+
+
+def _order(req: _Search, rank: str | None) -> str:
+    if req.sort in ("newest", "oldest"):
+        direction = "DESC" if req.sort == "newest" else "ASC"
+        tie = f"{rank} DESC, " if rank else ""
+        return f"m.timestamp {direction}, {tie}m.id {direction}"
+    return f"{rank} DESC, m.id" if rank else "m.timestamp DESC, m.id DESC"
+
+
+def _statement(req: _Search, match_sql: str, params: list[Any], order: str) -> tuple[str, list[Any]]:
+    where = [match_sql, *req.filters(params)]
+    params.extend([req.limit, req.offset])
+    sql = (
+        f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join(where)} ORDER BY {order} "
+        f"LIMIT ${len(params) - 1} OFFSET ${len(params)}"
+    )
+    return sql, params
+
+
+async def _run(conn: Any, req: _Search, match_sql: str, params: list[Any], order: str) -> list[Any]:
+    sql, values = _statement(req, match_sql, params, order)
+    return await conn.fetch(sql, *values)
+
+
+def _word_statement(req: _Search) -> tuple[str, list[Any]] | None:
+    tsq, params = tsquery_parts(req.query)
+    if tsq is None:
+        return None
+    rank = f"ts_rank({SEARCH_DOCUMENT}, ({tsq}))"
+    return _statement(req, f"{SEARCH_DOCUMENT} @@ ({tsq})", list(params), _order(req, rank))
+
+
+def word_search_statement(text: str, limit: int = 20) -> tuple[str, list[Any]] | None:
+    """The statement (and parameters) a default ``search_messages(text)`` runs on the word index.
+
+    For ``EXPLAIN``: tests check the GIN index over ``SEARCH_DOCUMENT`` serves it.
+    """
+    return _word_statement(_Search(sanitize_fts5_query(text), None, None, None, limit, 0, None, False, False))
+
+
+async def _word_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
+    statement = _word_statement(req)
+    if statement is None:
+        return []
+    rows = await conn.fetch(statement[0], *statement[1])
+    pattern = phrase_pattern(req.query, False) if req.with_snippet else None
+    return [_hit(r, pattern, False) for r in rows]
+
+
+def _ilike(params: list[Any], term: str) -> str:
+    params.append(like_pattern(term))
+    n = len(params)
+    return (
+        f"(m.content ILIKE ${n} ESCAPE '\\' OR m.tool_name ILIKE ${n} ESCAPE '\\' "
+        f"OR m.tool_calls ILIKE ${n} ESCAPE '\\')"
+    )
+
+
+def _like_snippet(content: Any, term: str) -> str | None:
+    # The same window as SQLite's LIKE route: 120 characters from 40 before the first hit.
+    if content is None:
+        return None
+    text = _plain(content)
+    at = text.find(term) if term else -1
+    start = max(0, at - 40) if at >= 0 else 0
+    return text[start : start + 120]
+
+
+async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
+    """CJK text too short for the substring index: any token occurs literally, newest first."""
+    tokens = list(dict.fromkeys(plain_tokens(raw) or [raw]))
+    params: list[Any] = []
+    match = "(" + " OR ".join(_ilike(params, t) for t in tokens) + ")"
+    rows = await _run(conn, req, match, params, "m.timestamp DESC, m.id DESC")
+    hits = [_hit(r, None, True) for r in rows]
+    if req.with_snippet:
+        for hit in hits:
+            hit["snippet"] = _like_snippet(hit["content"], tokens[0])
+    return hits
+
+
+async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
+    """SQLite's trigram route: each term a literal substring (AND/OR/NOT kept), tool rows left out."""
+    match = quote_for_substring_index(raw)
+    params: list[Any] = []
+    ors = []
+    for positive, negative in _groups(match):
+        ands = [_ilike(params, i.text) for i in positive] + [f"NOT {_ilike(params, i.text)}" for i in negative]
+        ors.append("(" + " AND ".join(ands) + ")")
+    if not ors:
+        return []
+    rows = await _run(conn, req, f"m.role <> 'tool' AND ({' OR '.join(ors)})", params, _order(req, None))
+    pattern = phrase_pattern(match, True) if req.with_snippet else None
+    return [_hit(r, pattern, True) for r in rows]
+
+
+def _fts5_rejects(match: str) -> bool:
+    """True where FTS5 raises a syntax error: an unquoted term with a character no bareword may hold.
+
+    SQLite then answers ``[]`` without any fallback; so does this backend.
+    """
+    for found in _ITEM.finditer(match):
+        bare = found.group(3)
+        if bare is None or bare.upper() in OPERATORS | {"NEAR"}:
+            continue
+        if any(not (ch.isalnum() or ch in "_\x1a*" or ord(ch) > 127) for ch in bare):
+            return True
+    return False
+
+
+async def _route(conn: Any, req: _Search) -> tuple[str, list[dict[str, Any]]]:
+    raw = req.query.strip('"').strip()
+    if contains_cjk(req.query):
+        cjk_tokens = [tok for tok in plain_tokens(raw) if contains_cjk(tok)]
+        if count_cjk(raw) >= 3 and all(count_cjk(tok) >= 3 for tok in cjk_tokens) and not req.wants_tool_rows:
+            return "trigram", await _substring_hits(conn, req, raw)
+        return "like_scan", await _cjk_like(conn, req, raw)
+    if _fts5_rejects(req.query):
+        return "fts5", []
+    hits = await _word_hits(conn, req)
+    if not hits and not req.wants_tool_rows and trigram_eligible(req.query):
+        # A substring finds what word tokenization cannot ("cker" in "docker").
+        return "trigram", await _substring_hits(conn, req, raw)
+    return "fts5", hits
+
+
+_CONTEXT_SQL = f"""
+SELECT hit.id,
+  b.role AS b_role, b.content_kind AS b_kind, left(b.content, {_CLIP_CHARS}) AS b_text, b.content_bytes AS b_raw,
+  a.role AS a_role, a.content_kind AS a_kind, left(a.content, {_CLIP_CHARS}) AS a_text, a.content_bytes AS a_raw
+FROM unnest($1::bigint[], $2::text[], $3::double precision[]) AS hit(id, sid, ts)
+LEFT JOIN LATERAL (SELECT x.role, x.content_kind, x.content, x.content_bytes FROM messages AS x
+    WHERE x.session_id = hit.sid AND (x.timestamp, x.id) < (hit.ts, hit.id)
+    ORDER BY x.timestamp DESC, x.id DESC LIMIT 1) AS b ON true
+LEFT JOIN LATERAL (SELECT x.role, x.content_kind, x.content, x.content_bytes FROM messages AS x
+    WHERE x.session_id = hit.sid AND (x.timestamp, x.id) > (hit.ts, hit.id)
+    ORDER BY x.timestamp ASC, x.id ASC LIMIT 1) AS a ON true
+"""
+
+
+def _context_text(content: Any) -> str:
+    value = decode_content(content)
+    if isinstance(value, list):
+        texts = [p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") == "text"]
+        text = " ".join(t for t in texts if isinstance(t, str) and t).strip()
+        return (text or "[multimodal content]")[:CONTEXT_CHARS]
+    if isinstance(value, str):
+        return value[:CONTEXT_CHARS]
+    return ""
+
+
+async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """For each hit id: the message before it, the hit, the message after (any active state)."""
+    rows = await conn.fetch(
+        _CONTEXT_SQL, [h["id"] for h in hits], [h["session_id"] for h in hits], [h["timestamp"] for h in hits]
+    )
+    by_id = {r["id"]: r for r in rows}
+    windows: dict[int, list[dict[str, Any]]] = {}
+    for hit in hits:
+        r = by_id.get(hit["id"])
+        window = []
+        if r is not None and r["b_role"] is not None:
+            window.append({"role": r["b_role"], "content": _context_text(from_columns(r["b_kind"], r["b_text"], r["b_raw"]))})
+        window.append({"role": hit["role"], "content": _context_text(hit["content"])})
+        if r is not None and r["a_role"] is not None:
+            window.append({"role": r["a_role"], "content": _context_text(from_columns(r["a_kind"], r["a_text"], r["a_raw"]))})
+        windows[hit["id"]] = window
+    return windows
+
+
+@query
+async def search_messages_rows(
+    conn: Any,
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    limit: int,
+    offset: int,
+    sort: str | None,
+    include_inactive: bool,
+    with_context: bool,
+    with_snippet: bool,
+    repairable: bool,
+    slow_ms: float,
+) -> list[dict[str, Any]]:
+    """Full-text search; returns result dicts in canonical key order (the SQLite query's shape).
+
+    ``repairable`` is accepted for parity: a GIN index cannot be corrupt in the FTS5 sense.
+    """
+    started = time.perf_counter()
+    sanitized = sanitize_fts5_query(text)
+    if not sanitized or limit <= 0 or (sources is not None and not sources):
+        return []
+    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet)
+    route, hits = await _route(conn, req)
+    windows = await _contexts(conn, hits) if with_context and hits else {}
+    for hit in hits:
+        del hit["content"]
+        if with_context:
+            hit["context"] = windows.get(hit["id"], [])
+    elapsed = (time.perf_counter() - started) * 1000.0
+    if elapsed >= slow_ms:
+        log.info("slow session search: path=%s elapsed=%.0fms rows=%d query=%r", route, elapsed, len(hits), text[:200])
+    return hits
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+@query
+async def search_sessions_rows(
+    conn: Any, source: str | None, limit: int, offset: int, workspace_key: str | None
+) -> list[dict[str, Any]]:
+    """Every session (children and archived included), freshest first, with ``last_active``."""
+    where: list[str] = []
+    params: list[Any] = []
+    if source:
+        params.append(source)
+        where.append(f"s.source = ${len(params)}")
+    if workspace_key:
+        key = workspace_key.rstrip("/\\") or workspace_key
+        escaped = _escape_like(key)
+        params.extend([workspace_key, key, f"{escaped}/%", f"{escaped}\\\\%"])
+        n = len(params)
+        where.append(
+            f"(s.git_repo_root IN (${n - 3}, ${n - 2}) OR (COALESCE(s.git_repo_root, '') = '' AND "
+            f"(s.cwd = ${n - 2} OR s.cwd LIKE ${n - 1} ESCAPE '\\' OR s.cwd LIKE ${n} ESCAPE '\\')))"
+        )
+    params.extend([limit, offset])
+    sql = (
+        "SELECT s.*, COALESCE(p.prompt, s.system_prompt) AS _resolved_prompt, "
+        f"{last_active_sql('s')} AS last_active "
+        "FROM sessions AS s LEFT JOIN system_prompts AS p ON p.hash = s.system_prompt_hash "
+        f"{'WHERE ' + ' AND '.join(where) if where else ''} "
+        f"ORDER BY last_active DESC, s.started_at DESC, s.id DESC LIMIT ${len(params) - 1} OFFSET ${len(params)}"
+    )
+    rows = []
+    for record in await conn.fetch(sql, *params):
+        row = dict(record)
+        row["system_prompt"] = row.pop("_resolved_prompt")
+        rows.append(row)
+    return rows
+
+
+# FTS5 upkeep has no PostgreSQL counterpart: the GIN index is maintained by
+# PostgreSQL itself on every write, so there is never a backfill, a legacy
+# layout or a teardown pending.
+
+
+@query
+async def fts_markers(conn: Any, prefix: str) -> tuple[str | None, str | None]:
+    """(high water, progress) of a deferred rebuild: always (None, None) (the index is never deferred)."""
+    return None, None
+
+
+@query
+async def fts_optimize_pending(conn: Any) -> bool:
+    """False: PostgreSQL keeps the search index current with every write."""
+    return False
+
+
+@query
+async def fts_layout_name(conn: Any) -> str:
+    """``current`` (the GIN index is part of the schema)."""
+    return "current"
+
+
+@query
+async def fts_storage_unsettled(conn: Any) -> str | None:
+    """None: there is no backfill or teardown to wait for."""
+    return None
