@@ -116,7 +116,7 @@ async def run_copy(args: argparse.Namespace) -> int:
                 finally:
                     bar.close()
                 report.update(writer.report.as_dict())
-                report["writer"] = destination.writer_stats()
+                report["writer"] = await destination.writer_stats()
             problems = await verify(source, destination, ids)
     report["verified"] = not problems
     report["mismatches"] = problems

@@ -58,7 +58,7 @@ async def _facts(db: Any, target: Target) -> dict[str, Any]:
     info["messages"] = await db.message_count()
     info["fts_rebuild"] = await _if_supported(db.fts_rebuild_status())
     info["fts_cjk_rebuild"] = await _if_supported(db.fts_cjk_rebuild_status())
-    info["writer"] = db.writer_stats()
+    info["writer"] = await db.writer_stats()
     return info
 
 

@@ -244,7 +244,7 @@ async def run_import(args: argparse.Namespace) -> int:
                 else:
                     await _import_document(db, document, writer)
             finally:
-                report = {**writer.report.as_dict(), "writer": db.writer_stats()}
+                report = {**writer.report.as_dict(), "writer": await db.writer_stats()}
     if args.json:
         print_json(report)
     else:
