@@ -209,23 +209,6 @@ class StoreBase:
         await self._ensure_open()
         return await self._backend.storage_info()
 
-    async def writer_stats(self) -> dict[str, Any]:
-        """Return the write path's counters since the store opened.
-
-        Keys: ``queue_depth`` (commands waiting), ``batches_applied``,
-        ``commands_applied``, ``commands_per_batch_mean`` / ``_max``,
-        ``commit_latency_p50_ms`` / ``commit_latency_p99_ms`` over the last 1024 batches (None
-        before the first), ``latency_window``, ``failed_commands`` (commands
-        whose caller got an error), ``retried_batches`` (batches re-applied
-        after a connection loss proved them not committed) and ``reconnects``
-        (writer connections replaced; always 0 on SQLite). The same dict is
-        logged at DEBUG on ``hermes_state.actor`` at most once a minute.
-        """
-        await self._ensure_open()
-        stats = self._actor.stats()
-        stats["reconnects"] = int(getattr(self._backend, "reconnects", 0))
-        return stats
-
     # ------------------------------------------------------------------ plumbing
 
     def _check_storable(self, command: Command) -> None:

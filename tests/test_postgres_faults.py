@@ -257,3 +257,34 @@ async def test_cancelled_read_mid_transaction_rolls_back_and_frees_the_connectio
         assert (await db.get_session("s"))["id"] == "s"
     finally:
         await db.close()
+
+
+async def test_writer_backend_terminated_at_random_moments_in_flight(pg_dsn: str, pg_admin_dsn: str) -> None:
+    rng = random.Random(1212)
+    admin = await admin_connect(pg_admin_dsn)
+    db = PostgresSessionDB(pg_dsn)
+    acknowledged: list[str] = []
+    try:
+        await db.create_session("s", "cli")
+        for round_no in range(50):
+            conn = db._backend._writer_conn  # None or dead after a kill that landed between batches
+            pid = conn.get_server_pid() if conn is not None else None
+            contents = [f"r{round_no}-{i}" for i in range(rng.randint(1, 6))]
+            writes = asyncio.gather(
+                *(db.append_message("s", "user", text) for text in contents), return_exceptions=True
+            )
+            await asyncio.sleep(rng.uniform(0, 0.01))
+            if pid is not None:
+                await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+            for text, result in zip(contents, await writes):
+                if isinstance(result, BaseException):
+                    assert isinstance(result, WriteNotAppliedError), repr(result)
+                else:
+                    acknowledged.append(text)
+        stats = await db.writer_stats()
+    finally:
+        await db.close()
+        await admin.close()
+    stored = await _contents(pg_dsn, "s")
+    assert sorted(stored) == sorted(acknowledged)  # every acknowledged row once, no refused one
+    assert stats["reconnects"] >= 25  # the kills really cut the writer's connection

@@ -10,6 +10,7 @@ import pytest
 
 from hermes_state.postgres.config import parse_postgres_config
 from hermes_state.postgres.dsn import endpoint
+from hermes_state.postgres.errors import is_disconnect
 from hermes_state.postgres.pool import ConnectionPool, PoolTimeoutError
 
 from .postgres_support import admin_connect
@@ -158,3 +159,24 @@ async def test_cancel_mid_statement_frees_the_slot_and_rolls_back(make_pool: Any
     assert pool.checkedout() == 0
     async with pool.acquire() as conn:
         assert await conn.fetchval(f"SELECT to_regclass('pg_temp.{table}')") is None
+
+
+async def test_disconnect_mid_statement_invalidates_the_older_connections(make_pool: Any, pg_admin_dsn: str) -> None:
+    pool = await make_pool(pool_size=2, max_overflow=0, pool_pre_ping=False)
+    async with pool.acquire() as first, pool.acquire() as second:
+        busy, sibling = first.get_server_pid(), second.get_server_pid()
+    admin = await admin_connect(pg_admin_dsn)
+    try:
+        with pytest.raises(Exception) as lost:  # noqa: PT011 (the driver's class for a killed backend varies)
+            async with pool.acquire() as conn:
+                pid = conn.get_server_pid()
+                statement = asyncio.ensure_future(conn.fetchval("SELECT pg_sleep(5)"))
+                await asyncio.sleep(0.2)
+                await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+                await statement
+    finally:
+        await admin.close()
+    assert is_disconnect(lost.value)
+    assert pid in (busy, sibling) and pool.checkedout() == 0
+    # The sibling is alive, but older than the failure: replaced at its next checkout (spec §2.3).
+    assert await _pid(pool) not in (busy, sibling)

@@ -11,7 +11,7 @@ import pytest
 from hermes_state.errors import SessionNotFoundError
 
 KEYS = {
-    "queue_depth", "batches_applied", "commands_applied", "commands_per_batch_mean", "commands_per_batch_max",
+    "batches", "commands", "commands_per_batch", "running", "queue_depth", "batches_applied", "commands_applied", "commands_per_batch_mean", "commands_per_batch_max",
     "commit_latency_p50_ms", "commit_latency_p99_ms", "latency_window", "failed_commands", "retried_batches",
     "reconnects",
 }

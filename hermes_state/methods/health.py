@@ -27,3 +27,29 @@ class HealthMethods(StoreBase):
         now = time.time()
         rows = await self._query("compression_leases")
         return [{**row, "live": row["expires_at"] is not None and row["expires_at"] > now} for row in rows]
+
+    async def writer_stats(self) -> dict[str, Any]:
+        """Return this store's write-path counters (no I/O; works before open and after close).
+
+        ``commands`` committed in ``batches`` group commits, ``commands_per_batch``
+        their ratio rounded (0.0 before the first commit), ``running`` whether
+        the writer task is up (never on a read-only store); ``queue_depth``
+        (commands waiting), ``commands_per_batch_mean`` / ``_max``,
+        ``commit_latency_p50_ms`` / ``commit_latency_p99_ms`` over the last 1024
+        batches (None before the first) with ``latency_window`` their count,
+        ``failed_commands`` (callers that got an error), ``retried_batches``
+        (re-applied after a lost connection proved them not committed) and
+        ``reconnects`` (writer connections replaced; always 0 on SQLite). The
+        actor logs the same counters at DEBUG on ``hermes_state.actor`` at most
+        once a minute.
+        """
+        stats = self._actor.stats()
+        batches, commands = stats["batches_applied"], stats["commands_applied"]
+        return {
+            "batches": batches,
+            "commands": commands,
+            "commands_per_batch": round(commands / batches, 2) if batches else 0.0,
+            "running": self._actor.running,
+            **stats,
+            "reconnects": int(getattr(self._backend, "reconnects", 0)),
+        }

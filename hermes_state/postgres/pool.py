@@ -22,7 +22,8 @@ What this module adds:
   checkout reconnects once;
 * return: an open transaction is rolled back; a connection whose user was
   cancelled or timed out mid-statement, or that lost its server, is
-  terminated instead of reused, and its slot freed;
+  terminated instead of reused, and its slot freed; a lost server also marks
+  every connection opened before now for replacement (as a failed pre-ping);
 * metrics with SQLAlchemy's names: ``size``, ``checkedin``, ``checkedout``,
   ``overflow``.
 """
@@ -223,7 +224,10 @@ class ConnectionPool:
             yield entry.conn
         except BaseException as exc:
             # Cancelled or timed out mid-statement, or the server went away: never reuse it.
-            discard = isinstance(exc, (asyncio.CancelledError, TimeoutError)) or is_disconnect(exc)
+            lost = is_disconnect(exc)
+            discard = lost or isinstance(exc, (asyncio.CancelledError, TimeoutError))
+            if lost:  # the server may have dropped its siblings too: replace them at their next checkout
+                self._invalidated_before = time.monotonic()
             raise
         finally:
             await asyncio.shield(self._checkin(entry, discard))
