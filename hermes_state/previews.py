@@ -13,6 +13,7 @@ from typing import Any
 from .encoding import JSON_CONTENT_PREFIX, decode_content
 
 __all__ = [
+    "context_text",
     "PREVIEW_HEAD",
     "PREVIEW_MAX",
     "PREVIEW_SKILL_WINDOW",
@@ -163,3 +164,19 @@ def project_tips(
         merged["_lineage_root_id"] = row["id"]
         projected.append(merged)
     return projected
+
+
+# How much of a neighbouring message a search hit's context window shows.
+CONTEXT_CHARS = 200
+
+
+def context_text(content: Any) -> str:
+    """Return the readable text of stored ``content`` for a search context window, cut to ``CONTEXT_CHARS``."""
+    value = decode_content(content)
+    if isinstance(value, list):
+        texts = [p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") == "text"]
+        text = " ".join(t for t in texts if isinstance(t, str) and t).strip()
+        return (text or "[multimodal content]")[:CONTEXT_CHARS]
+    if isinstance(value, str):
+        return value[:CONTEXT_CHARS]
+    return ""

@@ -24,7 +24,7 @@ import re
 import time
 from typing import Any, NamedTuple
 
-from ...encoding import decode_content
+from ...previews import context_text
 from ...sqlite.search.sanitize import (
     OPERATORS,
     contains_cjk,
@@ -54,7 +54,6 @@ __all__ = [
 
 log = logging.getLogger("hermes_state.search")
 
-CONTEXT_CHARS = 200
 # Characters of a hit's content handed to Python (context and snippet need only the start).
 _CLIP_CHARS = 65536
 _ITEM = re.compile(r'"((?:[^"]|"")*)"(\*?)|(\S+)')
@@ -336,17 +335,6 @@ LEFT JOIN LATERAL (SELECT x.role, x.content_kind, x.content, x.content_bytes FRO
 """
 
 
-def _context_text(content: Any) -> str:
-    value = decode_content(content)
-    if isinstance(value, list):
-        texts = [p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") == "text"]
-        text = " ".join(t for t in texts if isinstance(t, str) and t).strip()
-        return (text or "[multimodal content]")[:CONTEXT_CHARS]
-    if isinstance(value, str):
-        return value[:CONTEXT_CHARS]
-    return ""
-
-
 async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     """For each hit id: the message before it, the hit, the message after (any active state)."""
     rows = await conn.fetch(
@@ -358,10 +346,10 @@ async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dic
         r = by_id.get(hit["id"])
         window = []
         if r is not None and r["b_role"] is not None:
-            window.append({"role": r["b_role"], "content": _context_text(from_columns(r["b_kind"], r["b_text"], r["b_raw"]))})
-        window.append({"role": hit["role"], "content": _context_text(hit["content"])})
+            window.append({"role": r["b_role"], "content": context_text(from_columns(r["b_kind"], r["b_text"], r["b_raw"]))})
+        window.append({"role": hit["role"], "content": context_text(hit["content"])})
         if r is not None and r["a_role"] is not None:
-            window.append({"role": r["a_role"], "content": _context_text(from_columns(r["a_kind"], r["a_text"], r["a_raw"]))})
+            window.append({"role": r["a_role"], "content": context_text(from_columns(r["a_kind"], r["a_text"], r["a_raw"]))})
         windows[hit["id"]] = window
     return windows
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ...encoding import decode_content
+from ...previews import context_text
 from ...limits import INT64_MAX
 from ..driver import driver_module
 from ..search.fts_schema import (
@@ -64,7 +64,6 @@ __all__ = [
 
 log = logging.getLogger("hermes_state.search")
 
-CONTEXT_CHARS = 200
 _SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
 _META_KEYS = (
     "fts_stale",
@@ -619,17 +618,6 @@ LEFT JOIN messages AS after ON after.id = (
 """
 
 
-def _context_text(content: Any) -> str:
-    value = decode_content(content)
-    if isinstance(value, list):
-        texts = [p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") == "text"]
-        text = " ".join(t for t in texts if isinstance(t, str) and t).strip()
-        return (text or "[multimodal content]")[:CONTEXT_CHARS]
-    if isinstance(value, str):
-        return value[:CONTEXT_CHARS]
-    return ""
-
-
 def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     """For each hit id: the message before it, the hit, the message after (any active state)."""
     windows: dict[int, list[dict[str, Any]]] = {}
@@ -645,10 +633,10 @@ def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str,
             window = []
             # row: hit id, then (id, role, content, its type) before and after
             if row is not None and row[1] is not None:
-                window.append({"role": row[2], "content": _context_text(_unclip(conn, row[1], row[3], row[4])[0])})
-            window.append({"role": hit["role"], "content": _context_text(hit["content"])})
+                window.append({"role": row[2], "content": context_text(_unclip(conn, row[1], row[3], row[4])[0])})
+            window.append({"role": hit["role"], "content": context_text(hit["content"])})
             if row is not None and row[5] is not None:
-                window.append({"role": row[6], "content": _context_text(_unclip(conn, row[5], row[7], row[8])[0])})
+                window.append({"role": row[6], "content": context_text(_unclip(conn, row[5], row[7], row[8])[0])})
             windows[hit["id"]] = window
     return windows
 
