@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from .errors import (
     CompressionSessionClosedError,
@@ -21,6 +22,7 @@ from .errors import (
 )
 
 __all__ = [
+    "import_result",
     "CHILD_INHERITED_COLUMNS",
     "NUMBERED_TITLE",
     "RESET_REASONS",
@@ -164,3 +166,17 @@ def numbered_titles(rows: Iterable[tuple[str, str | None, float | None]], base: 
 def like_escape(text: str) -> str:
     """``text`` as a literal LIKE pattern with ``\\`` as the escape character."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def import_result(sessions: Iterable[Any], fresh: list[Any], existing: set[str], detached: int) -> dict[str, Any]:
+    """Return ``import_sessions``' result dict: what was imported, skipped (already stored) and detached."""
+    skipped = [item.session_id for item in sessions if item.session_id in existing]
+    return {
+        "ok": True,
+        "imported": len(fresh),
+        "skipped": len(skipped),
+        "detached": detached,
+        "imported_ids": [item.session_id for item in fresh],
+        "skipped_ids": skipped,
+        "errors": [],
+    }

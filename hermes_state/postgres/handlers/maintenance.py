@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ...rules import import_result
 from ...commands.maintenance import (
     ArchiveMatchingSessions,
     ArchiveStaleSessions,
@@ -243,16 +244,7 @@ async def import_sessions(conn: Any, cmd: ImportSessions) -> dict[str, Any]:
         else:
             declared[item.session_id] = None
             detached += 1
-    skipped = [item.session_id for item in cmd.sessions if item.session_id in existing]
-    return {
-        "ok": True,
-        "imported": len(fresh),
-        "skipped": len(skipped),
-        "detached": detached,
-        "imported_ids": [item.session_id for item in fresh],
-        "skipped_ids": skipped,
-        "errors": [],
-    }
+    return import_result(cmd.sessions, fresh, existing, detached)
 
 
 # ----------------------------------------------------------------------- vacuum
