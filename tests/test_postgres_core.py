@@ -22,6 +22,7 @@ from hermes_state.postgres.schema import (
     FOREIGN_KEYS,
     INDEXES,
     SCHEMA_VERSION,
+    SEARCH_COLUMN,
     SEARCH_DOCUMENT,
     TABLES,
 )
@@ -60,19 +61,26 @@ async def test_first_use_creates_the_schema_with_its_names(pg_dsn: str) -> None:
             "WHERE table_schema = current_schema() AND table_name = 'sessions'"))
         assert types["id"] == "text" and types["parent_session_id"] == "text"
         search_def = await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = 'messages_hermes_search_idx' AND schemaname = current_schema()")
-        assert "gin" in search_def and "tool_calls" in search_def
+        assert "gin" in search_def and SEARCH_COLUMN in search_def
+        generated = await conn.fetchval(
+            "SELECT generation_expression FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = 'messages' AND column_name = $1", SEARCH_COLUMN)
+        assert "tool_calls" in generated and "tool_name" in generated and "content" in generated
     finally:
         await conn.close()
 
 
-async def test_search_index_serves_its_expression(pg_dsn: str) -> None:
+async def test_search_index_serves_the_stored_vector(pg_dsn: str) -> None:
     async with SessionDB(pg_dsn) as db:
         await db.create_session("s", "cli")
+        await db.append_message("s", "tool", "a needle here", tool_name="grep", tool_calls=[{"id": "x"}])
     conn = await _admin(pg_dsn)
     try:
+        # The stored vector is exactly the document expression, filled by PostgreSQL on insert.
+        assert await conn.fetchval(f"SELECT {SEARCH_COLUMN} = {SEARCH_DOCUMENT} FROM messages")
         await conn.execute("SET enable_seqscan = off")
         plan = "\n".join(r[0] for r in await conn.fetch(
-            f"EXPLAIN SELECT id FROM messages WHERE {SEARCH_DOCUMENT} @@ to_tsquery('simple', 'needle')"))
+            f"EXPLAIN SELECT id FROM messages WHERE {SEARCH_COLUMN} @@ to_tsquery('simple', 'needle')"))
         assert "messages_hermes_search_idx" in plan
     finally:
         await conn.close()

@@ -5,9 +5,10 @@ set of ``sessions`` and ``messages`` is SQLite's, so a row read back has the
 same keys on both backends. Fixes over the reference (spec §7): TEXT ids,
 server defaults, no payload snapshots (real columns only), a composite
 primary key on usage rows for ``ON CONFLICT`` upserts, a unique title index,
-a search index whose expression is :data:`SEARCH_DOCUMENT` (queries must use
-that exact expression), and an explicit ``content_kind`` column for
-structured content (PostgreSQL TEXT cannot hold the NUL marker SQLite uses).
+a stored ``tsvector`` column with its GIN index (and a ``pg_trgm`` index where
+the extension can be had; :mod:`.search_schema`), and an explicit
+``content_kind`` column for structured content (PostgreSQL TEXT cannot hold
+the NUL marker SQLite uses).
 
 A writable store creates or additively reconciles everything in one
 transaction under ``pg_advisory_xact_lock``; when the catalog already holds
@@ -19,12 +20,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from .search_schema import (
+    SEARCH_COLUMN,
+    SEARCH_DOCUMENT,
+    SEARCH_INDEX,
+    reconcile_search,
+    search_catalog,
+    search_facts,
+)
+
 __all__ = [
     "FOREIGN_KEYS",
     "FUNCTIONS",
     "INDEXES",
     "MIGRATION_LOCK_KEY",
     "SCHEMA_VERSION",
+    "SEARCH_COLUMN",
     "SEARCH_DOCUMENT",
     "SEARCH_INDEX",
     "TABLES",
@@ -34,12 +45,6 @@ __all__ = [
 
 SCHEMA_VERSION = 25
 MIGRATION_LOCK_KEY = 731948251
-
-# What the search index covers; a query must repeat it verbatim to use the index.
-SEARCH_DOCUMENT = (
-    "to_tsvector('simple', coalesce(content, '') || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''))"
-)
-SEARCH_INDEX = "messages_hermes_search_idx"
 
 _REAL = "DOUBLE PRECISION"
 _COUNT = "BIGINT DEFAULT 0"
@@ -118,7 +123,7 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     ),
 }
 
-# name -> CREATE INDEX body after "ON"
+# name -> CREATE INDEX body after "ON" (the search indexes are search_schema's)
 INDEXES: dict[str, str] = {
     "idx_sessions_source": "sessions (source)",
     "idx_sessions_source_id": "sessions (source, id)",
@@ -134,7 +139,6 @@ INDEXES: dict[str, str] = {
     "idx_messages_session_active": "messages (session_id, active, timestamp)",
     "idx_messages_active_null": "messages (active) WHERE active IS NULL",
     "idx_messages_platform_msg_id": "messages (session_id, platform_message_id) WHERE platform_message_id IS NOT NULL",
-    SEARCH_INDEX: f"messages USING GIN (({SEARCH_DOCUMENT}))",
     "idx_compression_locks_expires": "compression_locks (expires_at)",
     "idx_session_model_usage_session": "session_model_usage (session_id)",
     "idx_session_model_usage_model": "session_model_usage (model)",
@@ -228,8 +232,14 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
         versions = await _versions(conn) if "schema_version" in columns else []
         _refuse_newer(versions)
         functions = await _functions(conn)
-        if versions == [SCHEMA_VERSION] and _is_current(columns, indexes, fks) and set(FUNCTIONS) <= functions:
-            return {"schema_version": SCHEMA_VERSION, "reconciled": False}
+        search = await search_catalog(conn)
+        if (
+            versions == [SCHEMA_VERSION]
+            and _is_current(columns, indexes, fks)
+            and set(FUNCTIONS) <= functions
+            and search.current
+        ):
+            return {"schema_version": SCHEMA_VERSION, "reconciled": False, **search_facts(search.trigram_index)}
         if "schema_version" not in columns and "sessions" in columns:
             if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
                 raise RuntimeError(
@@ -254,10 +264,11 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
         for name, statement in FUNCTIONS.items():
             if name not in functions:
                 await conn.execute(statement)
+        facts = await reconcile_search(conn, search)
         _refuse_newer(await _versions(conn))
         await conn.execute("DELETE FROM schema_version")
         await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", SCHEMA_VERSION)
-    return {"schema_version": SCHEMA_VERSION, "reconciled": True}
+    return {"schema_version": SCHEMA_VERSION, "reconciled": True, **facts}
 
 
 async def check_schema_read_only(conn: Any) -> dict[str, Any]:
@@ -271,11 +282,13 @@ async def check_schema_read_only(conn: Any) -> dict[str, Any]:
             version = await conn.fetchval("SELECT max(version) FROM schema_version")
         except asyncpg.UndefinedTableError:
             raise RuntimeError("read-only PostgreSQL SessionDB requires an initialized schema") from None
+        search = await search_catalog(conn)
     if version is None:
         raise RuntimeError("read-only PostgreSQL SessionDB requires a schema version row")
     _refuse_newer([int(version)])
-    if int(version) < SCHEMA_VERSION:
+    # A version-25 schema made before the stored search column cannot serve search queries.
+    if int(version) < SCHEMA_VERSION or not search.column:
         raise RuntimeError(
             "read-only PostgreSQL SessionDB requires the current schema; writable migration is required"
         )
-    return {"schema_version": int(version), "reconciled": False}
+    return {"schema_version": int(version), "reconciled": False, **search_facts(search.trigram_index)}

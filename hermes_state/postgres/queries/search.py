@@ -1,13 +1,18 @@
 """Search reads on PostgreSQL: ``search_messages_rows``, ``search_sessions_rows`` and the FTS status queries.
 
-Word search runs on the GIN index over :data:`schema.SEARCH_DOCUMENT`; the
-query repeats that expression verbatim so the planner can use the index.
-The user's text goes through the same sanitizer as on SQLite and its FTS5
+Word search runs on the GIN index over the stored ``tsvector`` column
+(:data:`schema.SEARCH_COLUMN`), and ranking reads that stored vector. The
+relevance order is ``ts_rank`` over windows of :data:`RANK_WINDOW` matches,
+newest window first (see :func:`_ranked_statement`): a query matching
+fewer rows than that is ranked as a whole, and a word in every other
+message costs a bounded amount instead of ranking 100,000 rows for a page
+of 20. The user's text goes through the same sanitizer as on SQLite and its FTS5
 meaning (phrases, ``prefix*``, implicit AND, ``OR``, ``NOT``) is rebuilt as
 a ``tsquery`` out of ``phraseto_tsquery``/``to_tsquery`` pieces, so
 PostgreSQL's own parser tokenizes every term the way it tokenized the
 document. Substring routes (CJK text, and a word query with no hit) use
-``ILIKE``, which a ``pg_trgm`` GIN index accelerates where one exists.
+``ILIKE``, which the ``pg_trgm`` GIN index of :mod:`..search_schema`
+serves where the extension could be had (a sequential scan otherwise).
 
 Snippets are built in Python for the returned page only, from at most the
 first 64 KiB of each hit, with the bounded window of
@@ -37,11 +42,12 @@ from ...sqlite.search.sanitize import (
 )
 from ...sqlite.search.snippet import bounded_snippet, phrase_pattern
 from ..content import from_columns
-from ..schema import SEARCH_DOCUMENT
+from ..schema import SEARCH_COLUMN
 from .lineage_sql import last_active_sql
 from .registry import query
 
 __all__ = [
+    "RANK_WINDOW",
     "fts_layout_name",
     "fts_markers",
     "fts_optimize_pending",
@@ -56,6 +62,11 @@ log = logging.getLogger("hermes_state.search")
 
 # Characters of a hit's content handed to Python (context and snippet need only the start).
 _CLIP_CHARS = 65536
+# Matches ranked together in relevance order: ranking reads every candidate's row, so this
+# bounds the cost of a word that occurs in most messages (see _ranked_statement).
+RANK_WINDOW = 1000
+# Page ends past this are "all rows" (LIMIT NULL): offset + limit could overflow BIGINT.
+_ALL_ROWS = 2**62
 _ITEM = re.compile(r'"((?:[^"]|"")*)"(\*?)|(\S+)')
 
 
@@ -219,20 +230,54 @@ async def _run(conn: Any, req: _Search, match_sql: str, params: list[Any], order
     return await conn.fetch(sql, *values)
 
 
+def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, list[Any]]:
+    """Relevance order: ``ts_rank`` DESC (then id) within windows of RANK_WINDOW matches, newest window first.
+
+    Window k holds the matches ranked k*W+1 .. (k+1)*W by id descending (commit
+    order, newest first), so every match has one place in one total order and
+    paging with any offset reaches each exactly once. Only the windows the page
+    overlaps are read: for a common word the newest matches come off the primary
+    key backwards (the planner's choice when most rows match) and a rare word's
+    matches come from the GIN bitmap, so neither ranks more than a window or two.
+    A query with at most RANK_WINDOW matches is ranked as a whole, as before.
+    """
+    where = [f"m.{SEARCH_COLUMN} @@ ({tsq})", *req.filters(params)]
+    first = (req.offset // RANK_WINDOW) * RANK_WINDOW
+    end = req.offset + req.limit
+    span = None if end > _ALL_ROWS else -(-end // RANK_WINDOW) * RANK_WINDOW - first
+    params.extend([span, first, RANK_WINDOW, req.limit, req.offset - first])
+    n = len(params)
+    sql = (
+        f"WITH candidate AS (SELECT m.id, m.{SEARCH_COLUMN} AS doc FROM messages AS m "
+        f"JOIN sessions AS s ON s.id = m.session_id WHERE {' AND '.join(where)} "
+        f"ORDER BY m.id DESC LIMIT ${n - 4} OFFSET ${n - 3}), "
+        f"ranked AS (SELECT id, (row_number() OVER (ORDER BY id DESC) - 1) / ${n - 2} AS win, "
+        f"ts_rank(doc, ({tsq})) AS rank FROM candidate) "
+        f"SELECT {_HIT_COLUMNS} FROM ranked AS r JOIN messages AS m ON m.id = r.id "
+        f"JOIN sessions AS s ON s.id = m.session_id "
+        f"ORDER BY r.win, r.rank DESC, r.id LIMIT ${n - 1} OFFSET ${n}"
+    )
+    return sql, params
+
+
 def _word_statement(req: _Search) -> tuple[str, list[Any]] | None:
     tsq, params = tsquery_parts(req.query)
     if tsq is None:
         return None
-    rank = f"ts_rank({SEARCH_DOCUMENT}, ({tsq}))"
-    return _statement(req, f"{SEARCH_DOCUMENT} @@ ({tsq})", list(params), _order(req, rank))
+    if req.sort not in ("newest", "oldest"):
+        return _ranked_statement(req, tsq, list(params))
+    rank = f"ts_rank(m.{SEARCH_COLUMN}, ({tsq}))"
+    return _statement(req, f"m.{SEARCH_COLUMN} @@ ({tsq})", list(params), _order(req, rank))
 
 
-def word_search_statement(text: str, limit: int = 20) -> tuple[str, list[Any]] | None:
-    """The statement (and parameters) a default ``search_messages(text)`` runs on the word index.
+def word_search_statement(
+    text: str, limit: int = 20, offset: int = 0, sort: str | None = None
+) -> tuple[str, list[Any]] | None:
+    """The statement (and parameters) ``search_messages(text, limit=, offset=, sort=)`` runs on the word index.
 
-    For ``EXPLAIN``: tests check the GIN index over ``SEARCH_DOCUMENT`` serves it.
+    For ``EXPLAIN`` and the benchmark's bare statement; None when nothing searchable is left.
     """
-    return _word_statement(_Search(sanitize_fts5_query(text), None, None, None, limit, 0, None, False, False))
+    return _word_statement(_Search(sanitize_fts5_query(text), None, None, None, limit, offset, sort, False, False))
 
 
 async def _word_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
