@@ -1,5 +1,8 @@
-"""PostgreSQL search specifics: the GIN index serves the real statement, and a search
-cut off by its deadline stops on the server and leaves its pooled connection usable.
+"""PostgreSQL search specifics: the stored vector's GIN index serves the real statement, an
+older schema's expression index is replaced by it, relevance pages through windows of
+matches without losing or repeating one, the pg_trgm index serves substring queries (and
+a role that cannot install the extension gets a working, announced fallback), and a
+search cut off by its deadline stops on the server and leaves its pooled connection usable.
 
 The query meaning (phrases, prefixes, AND/OR/NOT) is checked on both backends.
 """
@@ -7,19 +10,24 @@ The query meaning (phrases, prefixes, AND/OR/NOT) is checked on both backends.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from hermes_state import SearchTimeoutError, SessionDB
 from hermes_state.methods.search import SEARCH_RESULT_FIELDS
 from hermes_state.postgres import SessionDB as PostgresSessionDB
-from hermes_state.postgres.queries.search import word_search_statement
-from hermes_state.postgres.schema import SEARCH_INDEX
+from hermes_state.postgres.queries import search as pg_search
+from hermes_state.postgres.queries.search import substring_search_statement, word_search_statement
+from hermes_state.postgres.schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
+from hermes_state.postgres.search_schema import TRIGRAM_INDEX
 
 from .postgres_support import admin_connect, server_dsn, store_dsn, temporary_schema
 
@@ -67,6 +75,154 @@ async def test_the_word_search_statement_uses_the_gin_index(pg_schema: tuple[str
             assert statement is not None
             plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + statement[0], *statement[1]))
             assert SEARCH_INDEX in plan, plan
+    finally:
+        await conn.close()
+
+
+async def _plan(conn: Any, statement: tuple[str, list[Any]] | None) -> str:
+    assert statement is not None
+    return "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + statement[0], *statement[1]))
+
+
+async def test_an_older_schemas_expression_index_is_replaced_by_the_stored_vector(pg_schema: tuple[str, str]) -> None:
+    admin, schema = pg_schema
+    dsn = store_dsn(admin, schema)
+    async with PostgresSessionDB(dsn) as db:
+        await db.create_session("s", "cli")
+        await db.append_messages_batch("s", [{"role": "user", "content": f"old row {i} kettle"} for i in range(30)])
+    conn = await admin_connect(admin)
+    try:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        # The layout version-25 schemas had before the stored column: an index on the expression.
+        await conn.execute(f"ALTER TABLE messages DROP COLUMN {SEARCH_COLUMN}")
+        await conn.execute(f"CREATE INDEX {SEARCH_INDEX} ON messages USING GIN (({SEARCH_DOCUMENT}))")
+        async with PostgresSessionDB(dsn) as db:
+            assert db._backend._facts["reconciled"] is True  # type: ignore[attr-defined]
+            hits = await db.search_messages("kettle", limit=100)
+            assert len(hits) == 30
+        indexdef = await conn.fetchval(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = $1", SEARCH_INDEX)
+        assert f"({SEARCH_COLUMN})" in indexdef and "to_tsvector" not in indexdef
+        # Existing rows got their vector when the column was added.
+        assert await conn.fetchval(f"SELECT count(*) FROM messages WHERE {SEARCH_COLUMN} = {SEARCH_DOCUMENT}") == 30
+        async with PostgresSessionDB(dsn) as db:  # now current: no DDL
+            await db.get_session("s")
+            assert db._backend._facts["reconciled"] is False  # type: ignore[attr-defined]
+    finally:
+        await conn.close()
+
+
+async def test_relevance_pages_through_windows_of_matches(
+    pg_schema: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin, schema = pg_schema
+    monkeypatch.setattr(pg_search, "RANK_WINDOW", 7)
+    rng = random.Random(3)
+    texts = [" ".join(["kiwi"] * rng.randint(1, 4) + ["filler"] * rng.randint(0, 6)) for _ in range(40)]
+    async with PostgresSessionDB(store_dsn(admin, schema)) as db:
+        await db.create_session("s", "cli")
+        for text in texts:
+            await db.append_message("s", "user", text)
+        await db.append_message("s", "user", "no match here")
+        everything = await db.search_messages("kiwi", limit=1000, fields=["id"])
+        ids = [h["id"] for h in everything]
+        assert sorted(ids) == sorted(set(ids)) and len(ids) == 40
+        # Window k holds the matches ranked 7k+1 .. 7k+7 newest first, in relevance order inside.
+        newest_first = sorted(ids, reverse=True)
+        for k in range(0, 40, 7):
+            assert set(ids[k:k + 7]) == set(newest_first[k:k + 7])
+        counts = {h_id: texts[h_id - min(ids)].split().count("kiwi") for h_id in ids}
+        for k in range(0, 40, 7):
+            window = [counts[i] for i in ids[k:k + 7]]
+            assert window == sorted(window, reverse=True), window
+        # Any page size and offset, including pages that straddle windows, walks the same order.
+        for size in (1, 3, 7, 10, 13):
+            paged = []
+            for offset in range(0, 45, size):
+                paged += [h["id"] for h in await db.search_messages("kiwi", limit=size, offset=offset, fields=["id"])]
+            assert paged == ids, size
+        assert await db.search_messages("kiwi", limit=2**63 - 1, offset=38, fields=["id"]) == [{"id": i} for i in ids[38:]]
+
+
+async def test_the_trigram_index_serves_substring_queries(pg_schema: tuple[str, str]) -> None:
+    admin, schema = pg_schema
+    async with PostgresSessionDB(store_dsn(admin, schema)) as db:
+        info = await db.storage_info()
+        assert info["substring_index"] == f"pg_trgm ({TRIGRAM_INDEX})"
+        await db.create_session("s", "cli")
+        await db.append_messages_batch("s", [{"role": "user", "content": f"row {i} plain"} for i in range(2000)])
+        await db.append_message("s", "assistant", "run docker compose up, then 数据库连接失败 again")
+        await db.append_message("s", "tool", "docker output", tool_name="terminal")
+        hits = await db.search_messages("ocker")  # no whole word: the substring route
+        assert [h["snippet"][:16] for h in hits] == ["run d>>>ocker<<<"]
+        assert len(await db.search_messages("数据库连接")) == 1
+    conn = await admin_connect(admin)
+    try:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        await conn.execute("ANALYZE messages")
+        # A small table is cheaper to walk whole: leave the planner only bitmap scans to pick from.
+        await conn.execute("SET enable_seqscan = off")
+        await conn.execute("SET enable_indexscan = off")
+        for text in ("ocker", "数据库连接", "ocker NOT ompose", "ocker OR 据库连"):
+            plan = await _plan(conn, substring_search_statement(text))
+            assert TRIGRAM_INDEX in plan, plan
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def unprivileged_database() -> AsyncIterator[tuple[str, str, str]]:
+    """A fresh database without pg_trgm and a role that may not create extensions in it.
+
+    Yields (admin DSN of that database, the role's store DSN, its schema); both dropped afterwards.
+    """
+    admin = server_dsn()
+    suffix = uuid.uuid4().hex[:12]
+    database, role, schema = f"hs_test_db_{suffix}", f"hs_test_role_{suffix}", "store"
+    conn = await admin_connect(admin)
+    db_admin = admin.rsplit("/", 1)[0] + "/" + database
+    try:
+        await conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        await conn.execute(f'CREATE DATABASE "{database}"')
+        inner = await admin_connect(db_admin)
+        try:
+            assert await inner.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'pg_trgm'") == 0
+            await inner.execute(f'REVOKE CREATE ON DATABASE "{database}" FROM PUBLIC')
+            await inner.execute(f'CREATE SCHEMA "{schema}" AUTHORIZATION "{role}"')
+        finally:
+            await inner.close()
+        parts = urlsplit(db_admin)
+        host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+        yield db_admin, store_dsn(urlunsplit(parts._replace(netloc=f"{role}@{host}")), schema), schema
+    finally:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+        await conn.close()
+
+
+async def test_without_pg_trgm_substring_search_scans_and_says_so(
+    unprivileged_database: tuple[str, str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    db_admin, role_dsn, schema = unprivileged_database
+    with caplog.at_level(logging.WARNING, logger="hermes_state.postgres"):
+        async with PostgresSessionDB(role_dsn) as db:
+            info = await db.storage_info()
+            assert info["substring_index"].startswith("none: ILIKE scan (CREATE EXTENSION pg_trgm failed")
+            await db.create_session("s", "cli")
+            await db.append_message("s", "user", "run docker compose up, then 数据库连接失败 again")
+            assert [h["snippet"][:16] for h in await db.search_messages("ocker")] == ["run d>>>ocker<<<"]
+            assert len(await db.search_messages("数据库连接")) == 1
+            assert len(await db.search_messages("docker")) == 1
+    assert any("no pg_trgm index" in r.getMessage() for r in caplog.records)
+    conn = await admin_connect(db_admin)
+    try:
+        assert await conn.fetchval("SELECT to_regclass($1)", f'"{schema}".{TRIGRAM_INDEX}') is None
+        # An administrator installs the extension: the role's next open adds the index.
+        await conn.execute("CREATE EXTENSION pg_trgm")
+        async with PostgresSessionDB(role_dsn) as db:
+            assert (await db.storage_info())["substring_index"] == f"pg_trgm ({TRIGRAM_INDEX})"
+            assert len(await db.search_messages("ocker")) == 1
+        assert await conn.fetchval("SELECT to_regclass($1)", f'"{schema}".{TRIGRAM_INDEX}') is not None
     finally:
         await conn.close()
 

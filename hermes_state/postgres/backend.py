@@ -214,6 +214,8 @@ class PostgresBackend:
             "driver": f"asyncpg {asyncpg.__version__}",
             "schema_version": self._facts.get("schema_version"),
             "read_only": self.read_only,
+            # How substring and CJK queries are served: the pg_trgm index, or ILIKE scans and why.
+            "substring_index": self._facts.get("substring_index"),
         }
         if self.pool is not None:
             async with self.pool.acquire() as conn:

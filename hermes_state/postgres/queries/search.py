@@ -54,6 +54,7 @@ __all__ = [
     "fts_storage_unsettled",
     "search_messages_rows",
     "search_sessions_rows",
+    "substring_search_statement",
     "tsquery_parts",
     "word_search_statement",
 ]
@@ -321,18 +322,37 @@ async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     return hits
 
 
-async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
-    """SQLite's trigram route: each term a literal substring (AND/OR/NOT kept), tool rows left out."""
-    match = quote_for_substring_index(raw)
+def _substring_statement(req: _Search, raw: str) -> tuple[str, list[Any]] | None:
+    """SQLite's trigram route as ``ILIKE``: each term a literal substring (AND/OR/NOT kept), tool rows left out.
+
+    ``m.role <> 'tool'`` is also the trigram index's predicate, so the planner may use it.
+    """
     params: list[Any] = []
     ors = []
-    for positive, negative in _groups(match):
+    for positive, negative in _groups(quote_for_substring_index(raw)):
         ands = [_ilike(params, i.text) for i in positive] + [f"NOT {_ilike(params, i.text)}" for i in negative]
         ors.append("(" + " AND ".join(ands) + ")")
     if not ors:
+        return None
+    return _statement(req, f"m.role <> 'tool' AND ({' OR '.join(ors)})", params, _order(req, None))
+
+
+def substring_search_statement(text: str, limit: int = 20) -> tuple[str, list[Any]] | None:
+    """The statement (and parameters) of the substring route for ``text`` (CJK, or a word query with no hit).
+
+    For ``EXPLAIN`` and the benchmark's bare statement; None when nothing searchable is left.
+    """
+    sanitized = sanitize_fts5_query(text)
+    req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
+    return _substring_statement(req, sanitized.strip('"').strip())
+
+
+async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
+    statement = _substring_statement(req, raw)
+    if statement is None:
         return []
-    rows = await _run(conn, req, f"m.role <> 'tool' AND ({' OR '.join(ors)})", params, _order(req, None))
-    pattern = phrase_pattern(match, True) if req.with_snippet else None
+    rows = await conn.fetch(statement[0], *statement[1])
+    pattern = phrase_pattern(quote_for_substring_index(raw), True) if req.with_snippet else None
     return [_hit(r, pattern, True) for r in rows]
 
 
