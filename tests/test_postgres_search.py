@@ -27,7 +27,7 @@ from hermes_state.postgres import SessionDB as PostgresSessionDB
 from hermes_state.postgres.queries import search as pg_search
 from hermes_state.postgres.queries.search import substring_search_statement, word_search_statement
 from hermes_state.postgres.schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
-from hermes_state.postgres.search_schema import TRIGRAM_INDEX
+from hermes_state.postgres.search_schema import TIME_INDEX, TRIGRAM_INDEX
 
 from .postgres_support import admin_connect, server_dsn, store_dsn, temporary_schema
 
@@ -166,8 +166,42 @@ async def test_the_trigram_index_serves_substring_queries(pg_schema: tuple[str, 
         for text in ("ocker", "数据库连接", "ocker NOT ompose", "ocker OR 据库连"):
             plan = await _plan(conn, substring_search_statement(text))
             assert TRIGRAM_INDEX in plan, plan
+            # The first try reads the newest rows through the time index.
+            await conn.execute("SET enable_indexscan = on")
+            plan = await _plan(conn, substring_search_statement(text, probe=True))
+            assert TIME_INDEX in plan, plan
+            await conn.execute("SET enable_indexscan = off")
     finally:
         await conn.close()
+
+
+async def test_substring_pages_are_exact_whether_the_newest_rows_hold_them_or_not(
+    pg_schema: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin, schema = pg_schema
+    monkeypatch.setattr(pg_search, "PROBE_ROWS", 6)
+    rng = random.Random(5)
+    rows = [(rng.choice(["docker compose", "docker only", "plain words"]), rng.uniform(1e6, 2e6)) for _ in range(60)]
+    async with PostgresSessionDB(store_dsn(admin, schema)) as db:
+        await db.create_session("s", "cli")
+        await db.append_messages_batch("s", [{"role": "user", "content": t, "timestamp": ts} for t, ts in rows])
+        stored = {m["id"]: (m["content"], m["timestamp"]) for m in await db.get_messages("s")}
+
+        def expected(keep: Any, sort: str | None) -> list[int]:
+            ids = [i for i, (text, _) in stored.items() if keep(text)]
+            return sorted(ids, key=lambda i: (stored[i][1], i), reverse=sort != "oldest")
+
+        cases = {"ocker": lambda t: "ocker" in t, "ocker NOT ompose": lambda t: t == "docker only",
+                 "ompose OR lain": lambda t: t != "docker only"}
+        for query, keep in cases.items():
+            for sort in (None, "oldest"):
+                want = expected(keep, sort)
+                for size in (1, 4, 7, 50):
+                    got = []
+                    for offset in range(0, 64, size):
+                        page = await db.search_messages(query, limit=size, offset=offset, sort=sort, fields=["id"])
+                        got += [h["id"] for h in page]
+                    assert got == want, (query, sort, size)
 
 
 @pytest.fixture

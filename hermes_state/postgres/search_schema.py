@@ -8,9 +8,16 @@ parsing each hit's text again. ``messages_hermes_search_idx`` (the
 reference's name) is a GIN index on that column; schemas made before the
 column existed have it on the expression, and reconciling replaces it.
 
-The trigram index (``messages_hermes_trgm_idx``, GIN ``gin_trgm_ops`` over
-content, tool_name and tool_calls of non-tool rows, the rows SQLite's trigram
-index holds) needs the ``pg_trgm`` extension. Reconciling creates the
+``messages_hermes_time_idx`` on ``(timestamp, id)`` serves the routes that
+order hits newest (or oldest) first: a substring that occurs in many messages,
+or a word search with ``sort="newest"``, walks it backwards and stops after a
+page instead of sorting every match.
+
+The trigram index (``messages_hermes_trgm_idx``, GIN ``gin_trgm_ops`` on
+:data:`TRIGRAM_DOCUMENT`, content, tool_name and tool_calls of non-tool rows,
+the rows SQLite's trigram index holds) needs the ``pg_trgm`` extension. One
+expression rather than three columns lets every term of a query be a
+condition on the same index, which GIN intersects in one scan. Reconciling creates the
 extension when the role may (``CREATE EXTENSION`` needs the database's CREATE
 privilege); when it may not, substring and CJK queries still work, as
 sequential ``ILIKE`` scans, and the store says so (a log line at open and
@@ -30,6 +37,8 @@ __all__ = [
     "SEARCH_COLUMN",
     "SEARCH_DOCUMENT",
     "SEARCH_INDEX",
+    "TIME_INDEX",
+    "TRIGRAM_DOCUMENT",
     "TRIGRAM_INDEX",
     "SearchCatalog",
     "reconcile_search",
@@ -45,8 +54,13 @@ SEARCH_DOCUMENT = (
 )
 SEARCH_COLUMN = "search_vector"
 SEARCH_INDEX = "messages_hermes_search_idx"
+TIME_INDEX = "messages_hermes_time_idx"
 TRIGRAM_INDEX = "messages_hermes_trgm_idx"
-_TRIGRAM_COLUMNS = ("content", "tool_name", "tool_calls")
+# What the trigram index covers; a query must repeat it verbatim. A term matching one of the
+# three columns matches this text too, so ``TRIGRAM_DOCUMENT ILIKE p`` may narrow a per-column test.
+TRIGRAM_DOCUMENT = (
+    "(coalesce(content, '') || chr(10) || coalesce(tool_name, '') || chr(10) || coalesce(tool_calls, ''))"
+)
 
 
 class SearchCatalog(NamedTuple):
@@ -54,6 +68,7 @@ class SearchCatalog(NamedTuple):
 
     column: bool  # messages.search_vector exists
     index_def: str | None  # pg_get_indexdef of SEARCH_INDEX, None when absent
+    time_index: bool
     trigram_schema: str | None  # schema pg_trgm is installed in, None when not installed
     trigram_index: bool
 
@@ -64,7 +79,12 @@ class SearchCatalog(NamedTuple):
     @property
     def current(self) -> bool:
         """True when no DDL is needed (the trigram index only counts once the extension exists)."""
-        return self.column and self.index_on_column and (self.trigram_schema is None or self.trigram_index)
+        return (
+            self.column
+            and self.index_on_column
+            and self.time_index
+            and (self.trigram_schema is None or self.trigram_index)
+        )
 
 
 async def search_catalog(conn: Any) -> SearchCatalog:
@@ -78,10 +98,12 @@ async def search_catalog(conn: Any) -> SearchCatalog:
         "(SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
         "  WHERE e.extname = 'pg_trgm') AS trgm, "
         "EXISTS (SELECT 1 FROM pg_class i JOIN pg_namespace n ON n.oid = i.relnamespace "
-        "  WHERE n.nspname = current_schema() AND i.relname = $3) AS trgm_idx",
-        SEARCH_COLUMN, SEARCH_INDEX, TRIGRAM_INDEX,
+        "  WHERE n.nspname = current_schema() AND i.relname = $3) AS trgm_idx, "
+        "EXISTS (SELECT 1 FROM pg_class i JOIN pg_namespace n ON n.oid = i.relnamespace "
+        "  WHERE n.nspname = current_schema() AND i.relname = $4) AS time_idx",
+        SEARCH_COLUMN, SEARCH_INDEX, TRIGRAM_INDEX, TIME_INDEX,
     )
-    return SearchCatalog(bool(row["col"]), row["idx"], row["trgm"], bool(row["trgm_idx"]))
+    return SearchCatalog(bool(row["col"]), row["idx"], bool(row["time_idx"]), row["trgm"], bool(row["trgm_idx"]))
 
 
 def _ident(name: str) -> str:
@@ -115,6 +137,8 @@ async def reconcile_search(conn: Any, catalog: SearchCatalog) -> dict[str, Any]:
         await conn.execute(f"DROP INDEX {_ident(SEARCH_INDEX)}")  # the expression index of older schemas
     if not catalog.index_on_column:
         await conn.execute(f"CREATE INDEX {_ident(SEARCH_INDEX)} ON messages USING GIN ({_ident(SEARCH_COLUMN)})")
+    if not catalog.time_index:
+        await conn.execute(f'CREATE INDEX IF NOT EXISTS {_ident(TIME_INDEX)} ON messages ("timestamp", id)')
     trigram_schema, why = catalog.trigram_schema, "pg_trgm is not installed"
     if trigram_schema is None:
         trigram_schema, why = await _install_trigram(conn)
@@ -129,11 +153,10 @@ async def _create_trigram_index(conn: Any, trigram_schema: str) -> tuple[bool, s
     import asyncpg
 
     ops = f"{_ident(trigram_schema)}.gin_trgm_ops"
-    columns = ", ".join(f"{_ident(c)} {ops}" for c in _TRIGRAM_COLUMNS)
     try:
         async with conn.transaction():  # e.g. no USAGE on the extension's schema: fall back, do not fail the open
             await conn.execute(
-                f"CREATE INDEX IF NOT EXISTS {_ident(TRIGRAM_INDEX)} ON messages USING GIN ({columns}) "
+                f"CREATE INDEX IF NOT EXISTS {_ident(TRIGRAM_INDEX)} ON messages USING GIN (({TRIGRAM_DOCUMENT}) {ops}) "
                 "WHERE role <> 'tool'"
             )
     except asyncpg.PostgresError as exc:

@@ -43,10 +43,12 @@ from ...sqlite.search.sanitize import (
 from ...sqlite.search.snippet import bounded_snippet, phrase_pattern
 from ..content import from_columns
 from ..schema import SEARCH_COLUMN
+from ..search_schema import TRIGRAM_DOCUMENT
 from .lineage_sql import last_active_sql
 from .registry import query
 
 __all__ = [
+    "CUSTOM_PLANS",
     "RANK_WINDOW",
     "fts_layout_name",
     "fts_markers",
@@ -66,8 +68,16 @@ _CLIP_CHARS = 65536
 # Matches ranked together in relevance order: ranking reads every candidate's row, so this
 # bounds the cost of a word that occurs in most messages (see _ranked_statement).
 RANK_WINDOW = 1000
+# Rows at the newest (or oldest) end that a route ordered by time reads before searching
+# every row (see _run_in_time_order): a substring in 1% of messages fills a page of 20 there.
+PROBE_ROWS = 2000
 # Page ends past this are "all rows" (LIMIT NULL): offset + limit could overflow BIGINT.
 _ALL_ROWS = 2**62
+# asyncpg reuses one prepared statement per SQL text, and after five runs the server may
+# switch it to a generic plan, which cannot see how many rows a tsquery or an ILIKE pattern
+# matches: "the" would then be ranked through a bitmap of every message instead of a
+# backwards walk of the newest. SET LOCAL lasts until the reader's read transaction ends.
+CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
 _ITEM = re.compile(r'"((?:[^"]|"")*)"(\*?)|(\S+)')
 
 
@@ -207,28 +217,48 @@ def _hit(record: Any, pattern: re.Pattern[str] | None, substring: bool) -> dict[
     }
 
 
-def _order(req: _Search, rank: str | None) -> str:
-    if req.sort in ("newest", "oldest"):
-        direction = "DESC" if req.sort == "newest" else "ASC"
-        tie = f"{rank} DESC, " if rank else ""
-        return f"m.timestamp {direction}, {tie}m.id {direction}"
-    return f"{rank} DESC, m.id" if rank else "m.timestamp DESC, m.id DESC"
+def _time_order(req: _Search, rank: str) -> str:
+    """``sort="newest"``/``"oldest"`` of the word route: time first, relevance among equal times."""
+    direction = "ASC" if req.sort == "oldest" else "DESC"
+    return f"m.timestamp {direction}, {rank} DESC, m.id {direction}"
 
 
-def _statement(req: _Search, match_sql: str, params: list[Any], order: str) -> tuple[str, list[Any]]:
+def _statement(
+    req: _Search, match_sql: str, params: list[Any], order: str, probe: str | None = None
+) -> tuple[str, list[Any]]:
+    """The page of hits of ``match_sql`` in ``order``; ``probe`` ("DESC"/"ASC"): only among the
+    PROBE_ROWS rows at that end of (timestamp, id) order."""
     where = [match_sql, *req.filters(params)]
     params.extend([req.limit, req.offset])
+    rows = "messages" if probe is None else (
+        f'(SELECT * FROM messages ORDER BY "timestamp" {probe}, id {probe} LIMIT {PROBE_ROWS})'
+    )
     sql = (
-        f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
+        f"SELECT {_HIT_COLUMNS} FROM {rows} AS m JOIN sessions AS s ON s.id = m.session_id "
         f"WHERE {' AND '.join(where)} ORDER BY {order} "
         f"LIMIT ${len(params) - 1} OFFSET ${len(params)}"
     )
     return sql, params
 
 
-async def _run(conn: Any, req: _Search, match_sql: str, params: list[Any], order: str) -> list[Any]:
-    sql, values = _statement(req, match_sql, params, order)
-    return await conn.fetch(sql, *values)
+async def _run_in_time_order(conn: Any, req: _Search, match_sql: str, params: list[Any], direction: str) -> list[Any]:
+    """The page of hits of ``match_sql`` ordered by (timestamp, id) ``direction``.
+
+    The newest (or oldest) PROBE_ROWS rows are tried first: they are a prefix of
+    that order, so when they hold the whole page it is the page, found without
+    the index search that would fetch and sort every match of a frequent
+    substring. Otherwise the statement runs over every row.
+    """
+    order = f"m.timestamp {direction}, m.id {direction}"
+    rows = await _fetch_planned(conn, _statement(req, match_sql, list(params), order, direction))
+    if len(rows) == req.limit:
+        return rows
+    return await _fetch_planned(conn, _statement(req, match_sql, list(params), order))
+
+
+async def _fetch_planned(conn: Any, statement: tuple[str, list[Any]]) -> list[Any]:
+    """Rows of ``statement`` (planned for its parameters: see :data:`CUSTOM_PLANS`)."""
+    return await conn.fetch(statement[0], *statement[1])
 
 
 def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, list[Any]]:
@@ -243,20 +273,22 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, l
     A query with at most RANK_WINDOW matches is ranked as a whole, as before.
     """
     where = [f"m.{SEARCH_COLUMN} @@ ({tsq})", *req.filters(params)]
+    # The session row is needed only to filter by source.
+    join = "JOIN sessions AS s ON s.id = m.session_id " if req.sources is not None or req.excluded else ""
     first = (req.offset // RANK_WINDOW) * RANK_WINDOW
     end = req.offset + req.limit
     span = None if end > _ALL_ROWS else -(-end // RANK_WINDOW) * RANK_WINDOW - first
     params.extend([span, first, RANK_WINDOW, req.limit, req.offset - first])
     n = len(params)
+    # The page is cut before its rows are read: only LIMIT rows are joined for their columns.
     sql = (
-        f"WITH candidate AS (SELECT m.id, m.{SEARCH_COLUMN} AS doc FROM messages AS m "
-        f"JOIN sessions AS s ON s.id = m.session_id WHERE {' AND '.join(where)} "
-        f"ORDER BY m.id DESC LIMIT ${n - 4} OFFSET ${n - 3}), "
+        f"WITH candidate AS (SELECT m.id, m.{SEARCH_COLUMN} AS doc FROM messages AS m {join}"
+        f"WHERE {' AND '.join(where)} ORDER BY m.id DESC LIMIT ${n - 4} OFFSET ${n - 3}), "
         f"ranked AS (SELECT id, (row_number() OVER (ORDER BY id DESC) - 1) / ${n - 2} AS win, "
-        f"ts_rank(doc, ({tsq})) AS rank FROM candidate) "
-        f"SELECT {_HIT_COLUMNS} FROM ranked AS r JOIN messages AS m ON m.id = r.id "
-        f"JOIN sessions AS s ON s.id = m.session_id "
-        f"ORDER BY r.win, r.rank DESC, r.id LIMIT ${n - 1} OFFSET ${n}"
+        f"ts_rank(doc, ({tsq})) AS rank FROM candidate), "
+        f"page AS (SELECT id, win, rank FROM ranked ORDER BY win, rank DESC, id LIMIT ${n - 1} OFFSET ${n}) "
+        f"SELECT {_HIT_COLUMNS} FROM page AS r JOIN messages AS m ON m.id = r.id "
+        f"JOIN sessions AS s ON s.id = m.session_id ORDER BY r.win, r.rank DESC, r.id"
     )
     return sql, params
 
@@ -268,7 +300,7 @@ def _word_statement(req: _Search) -> tuple[str, list[Any]] | None:
     if req.sort not in ("newest", "oldest"):
         return _ranked_statement(req, tsq, list(params))
     rank = f"ts_rank(m.{SEARCH_COLUMN}, ({tsq}))"
-    return _statement(req, f"m.{SEARCH_COLUMN} @@ ({tsq})", list(params), _order(req, rank))
+    return _statement(req, f"m.{SEARCH_COLUMN} @@ ({tsq})", list(params), _time_order(req, rank))
 
 
 def word_search_statement(
@@ -285,7 +317,7 @@ async def _word_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
     statement = _word_statement(req)
     if statement is None:
         return []
-    rows = await conn.fetch(statement[0], *statement[1])
+    rows = await _fetch_planned(conn, statement)
     pattern = phrase_pattern(req.query, False) if req.with_snippet else None
     return [_hit(r, pattern, False) for r in rows]
 
@@ -314,7 +346,7 @@ async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     tokens = list(dict.fromkeys(plain_tokens(raw) or [raw]))
     params: list[Any] = []
     match = "(" + " OR ".join(_ilike(params, t) for t in tokens) + ")"
-    rows = await _run(conn, req, match, params, "m.timestamp DESC, m.id DESC")
+    rows = await _run_in_time_order(conn, req, match, params, "DESC")
     hits = [_hit(r, None, True) for r in rows]
     if req.with_snippet:
         for hit in hits:
@@ -322,36 +354,60 @@ async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     return hits
 
 
+def _substring_term(params: list[Any], term: str) -> str:
+    """True when ``term`` occurs in content, tool_name or tool_calls (never NULL, so NOT works)."""
+    if "\n" in term:
+        # Could span two columns in the joined text: test each column itself.
+        return f"coalesce({_ilike(params, term)}, false)"
+    # The trigram index's expression (unqualified: only messages has these columns); the
+    # columns are joined by a newline, which this term cannot span.
+    params.append(like_pattern(term))
+    return f"({TRIGRAM_DOCUMENT} ILIKE ${len(params)} ESCAPE '\\')"
+
+
 def _substring_statement(req: _Search, raw: str) -> tuple[str, list[Any]] | None:
-    """SQLite's trigram route as ``ILIKE``: each term a literal substring (AND/OR/NOT kept), tool rows left out.
+    """(condition, parameters) of SQLite's trigram route as ``ILIKE``: each term a literal substring
+    (AND/OR/NOT kept), tool rows left out.
 
     ``m.role <> 'tool'`` is also the trigram index's predicate, so the planner may use it.
     """
     params: list[Any] = []
     ors = []
     for positive, negative in _groups(quote_for_substring_index(raw)):
-        ands = [_ilike(params, i.text) for i in positive] + [f"NOT {_ilike(params, i.text)}" for i in negative]
+        ands = [_substring_term(params, i.text) for i in positive]
+        ands += [f"NOT {_substring_term(params, i.text)}" for i in negative]
         ors.append("(" + " AND ".join(ands) + ")")
     if not ors:
         return None
-    return _statement(req, f"m.role <> 'tool' AND ({' OR '.join(ors)})", params, _order(req, None))
+    return f"m.role <> 'tool' AND ({' OR '.join(ors)})", params
 
 
-def substring_search_statement(text: str, limit: int = 20) -> tuple[str, list[Any]] | None:
+def _direction(req: _Search) -> str:
+    return "ASC" if req.sort == "oldest" else "DESC"
+
+
+def substring_search_statement(text: str, limit: int = 20, probe: bool = False) -> tuple[str, list[Any]] | None:
     """The statement (and parameters) of the substring route for ``text`` (CJK, or a word query with no hit).
 
-    For ``EXPLAIN`` and the benchmark's bare statement; None when nothing searchable is left.
+    ``probe``: the first statement the route tries, over the newest PROBE_ROWS
+    rows only. For ``EXPLAIN`` and the benchmark's bare statements; None when
+    nothing searchable is left.
     """
     sanitized = sanitize_fts5_query(text)
     req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
-    return _substring_statement(req, sanitized.strip('"').strip())
+    match = _substring_statement(req, sanitized.strip('"').strip())
+    if match is None:
+        return None
+    direction = _direction(req)
+    order = f"m.timestamp {direction}, m.id {direction}"
+    return _statement(req, match[0], match[1], order, direction if probe else None)
 
 
 async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
-    statement = _substring_statement(req, raw)
-    if statement is None:
+    match = _substring_statement(req, raw)
+    if match is None:
         return []
-    rows = await conn.fetch(statement[0], *statement[1])
+    rows = await _run_in_time_order(conn, req, match[0], match[1], _direction(req))
     pattern = phrase_pattern(quote_for_substring_index(raw), True) if req.with_snippet else None
     return [_hit(r, pattern, True) for r in rows]
 
@@ -444,6 +500,7 @@ async def search_messages_rows(
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
     req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet)
+    await conn.execute(CUSTOM_PLANS)
     route, hits = await _route(conn, req)
     windows = await _contexts(conn, hits) if with_context and hits else {}
     for hit in hits:
