@@ -22,9 +22,13 @@ snippets, context or row decoding):
   word classes       the store's relevance statement (``word_search_statement``:
                      the stored-vector GIN match, ts_rank over windows of
                      ``RANK_WINDOW`` matches, LIMIT 20)
-  substring classes  the ``ILIKE`` statement of the substring route
-                     (``substring_search_statement``; the pg_trgm index serves
-                     it where the extension is installed)
+  substring classes  the statements of the substring route, as the store runs
+                     them: the word statement (no hit; not for CJK), for
+                     short terms the ``ILIKE`` probe over the newest 1,000
+                     rows, and unless that filled the page the ``ILIKE``
+                     statement over every row (``substring_search_statement``; the pg_trgm index
+                     serves it where the extension is installed); for
+                     cjk-short the LIKE route's probe and full statement
 
 For word classes the table also shows ``full rank``: ``ts_rank`` over every
 match, ``ORDER BY rank LIMIT 20`` on the stored vector, what relevance would
@@ -177,23 +181,44 @@ async def pick_queries(conn: Any, corpus: _Large | _Zipf) -> dict[str, list[str]
     return classes
 
 
-def bare_statements(cls: str, query: str) -> tuple[tuple[str, list[Any]], tuple[str, list[Any]] | None]:
-    """(the statement that serves ``query``, the full-rank reference or None for substring classes)."""
-    from hermes_state.postgres.queries.search import substring_search_statement, tsquery_parts, word_search_statement
-    from hermes_state.sqlite.search.sanitize import sanitize_fts5_query
+def bare_statements(cls: str, query: str) -> tuple[list[tuple[str, list[Any]]], tuple[str, list[Any]] | None]:
+    """(the statements the store runs for ``query``, in order; the full-rank reference or None).
 
+    A substring class runs the word statement (no hit), then the probe over
+    the newest rows, then, unless the probe filled the page, the full
+    substring statement: :func:`run_bare` follows the same steps.
+    """
+    from hermes_state.postgres.queries.search import (
+        short_terms,
+        like_scan_statement,
+        substring_search_statement,
+        tsquery_parts,
+        word_search_statement,
+    )
+    from hermes_state.sqlite.search.sanitize import contains_cjk, sanitize_fts5_query
+
+    word = word_search_statement(query, LIMIT)
+    if cls == "cjk-short":
+        return [like_scan_statement(query, LIMIT, probe=True), like_scan_statement(query, LIMIT)], None
     if cls in SUBSTRING_CLASSES:
-        statement = substring_search_statement(query, LIMIT)
-        assert statement is not None
-        return statement, None
-    statement = word_search_statement(query, LIMIT)
-    assert statement is not None
+        probe, full = substring_search_statement(query, LIMIT, probe=True), substring_search_statement(query, LIMIT)
+        assert probe is not None and full is not None
+        steps = [probe, full] if short_terms(sanitize_fts5_query(query).strip('"').strip()) else [full]
+        return (steps if contains_cjk(query) or word is None else [word, *steps]), None
+    assert word is not None
     tsq, params = tsquery_parts(sanitize_fts5_query(query))
-    full = (
+    full_rank = (
         f"SELECT id FROM messages WHERE search_vector @@ ({tsq}) "
         f"ORDER BY ts_rank(search_vector, ({tsq})) DESC, id LIMIT {LIMIT}"
     )
-    return statement, (full, params)
+    return [word], (full_rank, params)
+
+
+async def run_bare(conn: Any, steps: list[tuple[str, list[Any]]]) -> None:
+    """Run ``steps`` as the store does: stop at the first that fills a page (the last always runs if reached)."""
+    for sql, params in steps:
+        if len(await conn.fetch(sql, *params)) == LIMIT:
+            return
 
 
 # ---------------------------------------------------------------------- timing
@@ -221,11 +246,11 @@ async def measure(db: Any, conn: Any, queries: dict[str, list[str]], rounds: int
     random.Random(SEED + 1).shuffle(schedule)
     out: dict[str, dict[str, list[float]]] = {c: {"store": [], "bare": [], "full": [], "hits": []} for c in queries}
     for cls, q in schedule:
-        (sql, params), full = bare_statements(cls, q)
+        steps, full = bare_statements(cls, q)
         ms, hits = await _timed(db.search_messages(q, limit=LIMIT))
         out[cls]["store"].append(ms)
         out[cls]["hits"].append(len(hits))
-        out[cls]["bare"].append((await _timed(conn.fetch(sql, *params)))[0])
+        out[cls]["bare"].append((await _timed(run_bare(conn, steps)))[0])
         if full is not None and full_rank:
             out[cls]["full"].append((await _timed(conn.fetch(full[0], *full[1])))[0])
         await asyncio.sleep(0)

@@ -54,8 +54,10 @@ __all__ = [
     "fts_markers",
     "fts_optimize_pending",
     "fts_storage_unsettled",
+    "like_scan_statement",
     "search_messages_rows",
     "search_sessions_rows",
+    "short_terms",
     "substring_search_statement",
     "tsquery_parts",
     "word_search_statement",
@@ -67,10 +69,13 @@ log = logging.getLogger("hermes_state.search")
 _CLIP_CHARS = 65536
 # Matches ranked together in relevance order: ranking reads every candidate's row, so this
 # bounds the cost of a word that occurs in most messages (see _ranked_statement).
-RANK_WINDOW = 1000
+RANK_WINDOW = 500
 # Rows at the newest (or oldest) end that a route ordered by time reads before searching
-# every row (see _run_in_time_order): a substring in 1% of messages fills a page of 20 there.
-PROBE_ROWS = 2000
+# every row (see _run_in_time_order): a substring in 2% of messages fills a page of 20 there,
+# and a substring test of 1,000 rows costs a few milliseconds.
+PROBE_ROWS = 1000
+# Substring terms this short are the ones worth that probe (see short_terms).
+SHORT_TERM = 5
 # Page ends past this are "all rows" (LIMIT NULL): offset + limit could overflow BIGINT.
 _ALL_ROWS = 2**62
 # asyncpg reuses one prepared statement per SQL text, and after five runs the server may
@@ -241,8 +246,12 @@ def _statement(
     return sql, params
 
 
-async def _run_in_time_order(conn: Any, req: _Search, match_sql: str, params: list[Any], direction: str) -> list[Any]:
-    """The page of hits of ``match_sql`` ordered by (timestamp, id) ``direction``.
+Match = tuple[str, list[Any]]  # (SQL condition, its parameters)
+
+
+async def _run_in_time_order(conn: Any, req: _Search, probe: Match, full: Match, direction: str) -> list[Any]:
+    """The page of hits ordered by (timestamp, id) ``direction``; ``probe`` and ``full`` are one
+    condition, written for a scan of a few rows and for the index.
 
     The newest (or oldest) PROBE_ROWS rows are tried first: they are a prefix of
     that order, so when they hold the whole page it is the page, found without
@@ -250,10 +259,10 @@ async def _run_in_time_order(conn: Any, req: _Search, match_sql: str, params: li
     substring. Otherwise the statement runs over every row.
     """
     order = f"m.timestamp {direction}, m.id {direction}"
-    rows = await _fetch_planned(conn, _statement(req, match_sql, list(params), order, direction))
+    rows = await _fetch_planned(conn, _statement(req, probe[0], list(probe[1]), order, direction))
     if len(rows) == req.limit:
         return rows
-    return await _fetch_planned(conn, _statement(req, match_sql, list(params), order))
+    return await _fetch_planned(conn, _statement(req, full[0], list(full[1]), order))
 
 
 async def _fetch_planned(conn: Any, statement: tuple[str, list[Any]]) -> list[Any]:
@@ -341,12 +350,32 @@ def _like_snippet(content: Any, term: str) -> str | None:
     return text[start : start + 120]
 
 
+def _like_tokens(raw: str) -> list[str]:
+    return list(dict.fromkeys(plain_tokens(raw) or [raw]))
+
+
+def _cjk_like_match(raw: str) -> tuple[str, list[Any]]:
+    """(condition, parameters) of the CJK LIKE route: any token occurs literally (tool rows included)."""
+    params: list[Any] = []
+    return "(" + " OR ".join(_ilike(params, t) for t in _like_tokens(raw)) + ")", params
+
+
+def like_scan_statement(text: str, limit: int = 20, probe: bool = False) -> tuple[str, list[Any]]:
+    """The statement of the CJK LIKE route for ``text`` (``probe``: its first try, over the newest rows).
+
+    For the benchmark's bare statements.
+    """
+    sanitized = sanitize_fts5_query(text)
+    req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
+    match, params = _cjk_like_match(sanitized.strip('"').strip())
+    return _statement(req, match, params, "m.timestamp DESC, m.id DESC", "DESC" if probe else None)
+
+
 async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     """CJK text too short for the substring index: any token occurs literally, newest first."""
-    tokens = list(dict.fromkeys(plain_tokens(raw) or [raw]))
-    params: list[Any] = []
-    match = "(" + " OR ".join(_ilike(params, t) for t in tokens) + ")"
-    rows = await _run_in_time_order(conn, req, match, params, "DESC")
+    tokens = _like_tokens(raw)
+    match = _cjk_like_match(raw)
+    rows = await _run_in_time_order(conn, req, match, match, "DESC")
     hits = [_hit(r, None, True) for r in rows]
     if req.with_snippet:
         for hit in hits:
@@ -354,10 +383,14 @@ async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     return hits
 
 
-def _substring_term(params: list[Any], term: str) -> str:
-    """True when ``term`` occurs in content, tool_name or tool_calls (never NULL, so NOT works)."""
-    if "\n" in term:
-        # Could span two columns in the joined text: test each column itself.
+def _substring_term(params: list[Any], term: str, indexed: bool) -> str:
+    """True when ``term`` occurs in content, tool_name or tool_calls (never NULL, so NOT works).
+
+    ``indexed``: written on the trigram index's expression, for a search of every
+    row; otherwise column by column, which costs less per row read (no joined copy).
+    """
+    if not indexed or "\n" in term:
+        # (A term holding a newline could span two columns in the joined text.)
         return f"coalesce({_ilike(params, term)}, false)"
     # The trigram index's expression (unqualified: only messages has these columns); the
     # columns are joined by a newline, which this term cannot span.
@@ -365,7 +398,7 @@ def _substring_term(params: list[Any], term: str) -> str:
     return f"({TRIGRAM_DOCUMENT} ILIKE ${len(params)} ESCAPE '\\')"
 
 
-def _substring_statement(req: _Search, raw: str) -> tuple[str, list[Any]] | None:
+def _substring_statement(req: _Search, raw: str, indexed: bool = True) -> Match | None:
     """(condition, parameters) of SQLite's trigram route as ``ILIKE``: each term a literal substring
     (AND/OR/NOT kept), tool rows left out.
 
@@ -374,8 +407,8 @@ def _substring_statement(req: _Search, raw: str) -> tuple[str, list[Any]] | None
     params: list[Any] = []
     ors = []
     for positive, negative in _groups(quote_for_substring_index(raw)):
-        ands = [_substring_term(params, i.text) for i in positive]
-        ands += [f"NOT {_substring_term(params, i.text)}" for i in negative]
+        ands = [_substring_term(params, i.text, indexed) for i in positive]
+        ands += [f"NOT {_substring_term(params, i.text, indexed)}" for i in negative]
         ors.append("(" + " AND ".join(ands) + ")")
     if not ors:
         return None
@@ -395,7 +428,7 @@ def substring_search_statement(text: str, limit: int = 20, probe: bool = False) 
     """
     sanitized = sanitize_fts5_query(text)
     req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
-    match = _substring_statement(req, sanitized.strip('"').strip())
+    match = _substring_statement(req, sanitized.strip('"').strip(), indexed=not probe)
     if match is None:
         return None
     direction = _direction(req)
@@ -403,11 +436,26 @@ def substring_search_statement(text: str, limit: int = 20, probe: bool = False) 
     return _statement(req, match[0], match[1], order, direction if probe else None)
 
 
+def short_terms(raw: str) -> bool:
+    """True when some OR-group's positive terms are all SHORT_TERM characters or fewer.
+
+    Only such a query is likely to match so many rows that reading the newest
+    ones first pays: a longer term, or two terms together, match few rows, which
+    the trigram index finds faster than a substring test of PROBE_ROWS rows.
+    """
+    return any(all(len(i.text) <= SHORT_TERM for i in positive) for positive, _ in _groups(quote_for_substring_index(raw)))
+
+
 async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
-    match = _substring_statement(req, raw)
-    if match is None:
+    full = _substring_statement(req, raw)
+    probe = _substring_statement(req, raw, indexed=False)
+    if full is None or probe is None:
         return []
-    rows = await _run_in_time_order(conn, req, match[0], match[1], _direction(req))
+    if short_terms(raw):
+        rows = await _run_in_time_order(conn, req, probe, full, _direction(req))
+    else:
+        order = f"m.timestamp {_direction(req)}, m.id {_direction(req)}"
+        rows = await _fetch_planned(conn, _statement(req, full[0], full[1], order))
     pattern = phrase_pattern(quote_for_substring_index(raw), True) if req.with_snippet else None
     return [_hit(r, pattern, True) for r in rows]
 
