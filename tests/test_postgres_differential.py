@@ -46,11 +46,8 @@ from .postgres_support import admin_connect, server_dsn, store_dsn
 
 pytestmark = pytest.mark.backends("postgres")
 
-# Command groups whose rules run. Off, and why:
-#   search: with the interpreter's SQLite 3.40 (HERMES_SQLITE_DRIVER=sqlite3) the trigram
-#   fallback never finds structured content (its stored form starts with NUL), while
-#   pysqlite3's SQLite and PostgreSQL do; this machine found it. Switch on once settled.
-ENABLED_GROUPS = frozenset({"core", "usage", "compression", "titles"})
+# Command groups whose rules run.
+ENABLED_GROUPS = frozenset({"core", "usage", "compression", "titles", "search"})
 
 SESSION_IDS = ("s1", "s2", "s3")
 WORDS = ("alpha", "beta", "gamma", "delta", "kappa", "lambda", "omega", "sigma")
@@ -108,6 +105,33 @@ queries = st.one_of(
     st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda p: f"{p[0]} OR {p[1]}"),
     st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda p: f"{p[0]} NOT {p[1]}"),
 )
+
+
+def _trigram_reads_nul_led_text() -> bool:
+    """Whether the SQLite the store runs on finds text that begins with NUL through its trigram index.
+
+    SQLite 3.40 (the interpreter's ``sqlite3`` here) does not: its trigram
+    tokenizer stops at the NUL that starts structured content's stored form
+    (and a str that begins with NUL), while its word index and SQLite 3.53
+    read on. Asked of the driver itself, not of a version list.
+    """
+    from hermes_state.sqlite.driver import driver_module
+
+    conn = driver_module().connect(":memory:")
+    try:
+        conn.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='trigram')")
+        conn.execute("INSERT INTO t VALUES (?)", ("\x00json:alpha",))
+        return bool(conn.execute("SELECT 1 FROM t WHERE t MATCH 'alpha'").fetchall())
+    finally:
+        conn.close()
+
+
+TRIGRAM_READS_NUL_LED_TEXT = _trigram_reads_nul_led_text()
+
+
+def nul_led(content: Any) -> bool:
+    """True for message content SQLite stores as text beginning with NUL (structured, bytes, or such a str)."""
+    return content is not None and (not isinstance(content, str) or content.startswith("\x00"))
 
 
 def normalise(value: Any, key: str | None = None) -> Any:
@@ -249,15 +273,30 @@ def make_machine(admin: str, root: Path) -> type[RuleBasedStateMachine]:
         @precondition(lambda self: "search" in ENABLED_GROUPS)
         @rule(query=queries, sort=st.sampled_from((None, "newest", "oldest")))
         def search(self, query: str, sort: str | None) -> None:
-            # Intended differences (README): snippet windows, and the order of equally
-            # relevant hits (bm25 vs ts_rank); hits, their fields and context must agree.
+            # Intended differences (README): snippet windows, and the order of hits by
+            # relevance (bm25 vs ts_rank; substring routes newest first); hits, their
+            # fields and context must agree. (At most 1,000 hits: one rank window or two.)
             fields = [f for f in SEARCH_RESULT_FIELDS if f != "snippet"]
             kwargs = {"sort": sort, "include_inactive": True, "limit": 1000, "fields": fields}
             left = self.run(self.sqlite.search_messages(query, **kwargs))
             right = self.run(self.postgres.search_messages(query, **kwargs))
             if sort is None:
                 left, right = sorted(left, key=lambda h: h["id"]), sorted(right, key=lambda h: h["id"])
+            if outcome(left) != outcome(right) and not TRIGRAM_READS_NUL_LED_TEXT:
+                # The one gap this SQLite has (see _trigram_reads_nul_led_text): its substring
+                # fallback cannot see NUL-led rows. Allowed only in that exact form: SQLite
+                # returned none of them, and without them PostgreSQL returns the same.
+                assert not any(nul_led(c) for c in self.contents(self.sqlite, left)), query
+                right = [h for h, c in zip(right, self.contents(self.postgres, right)) if not nul_led(c)]
             assert outcome(left) == outcome(right), f"search_messages({query!r}, sort={sort!r})"
+
+        def contents(self, db: Any, hits: list[dict[str, Any]]) -> list[Any]:
+            """The stored content of each hit, read back from ``db``."""
+            by_id: dict[int, Any] = {}
+            for sid in {h["session_id"] for h in hits}:
+                for message in self.run(db.get_messages(sid, include_inactive=True)):
+                    by_id[message["id"]] = message["content"]
+            return [by_id[h["id"]] for h in hits]
 
         # ---------------------------------------------------------------- reads after every step
 
