@@ -25,9 +25,9 @@ from hermes_state import SearchTimeoutError, SessionDB
 from hermes_state.methods.search import SEARCH_RESULT_FIELDS
 from hermes_state.postgres import SessionDB as PostgresSessionDB
 from hermes_state.postgres.queries import search as pg_search
-from hermes_state.postgres.queries.search import substring_search_statement, word_search_statement
+from hermes_state.postgres.queries.search import like_scan_statement, substring_search_statement, word_search_statement
 from hermes_state.postgres.schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
-from hermes_state.postgres.search_schema import TIME_INDEX, TRIGRAM_INDEX
+from hermes_state.postgres.search_schema import CJK_INDEX, TIME_INDEX, TRIGRAM_INDEX
 
 from .postgres_support import admin_connect, server_dsn, store_dsn, temporary_schema
 
@@ -202,6 +202,31 @@ async def test_substring_pages_are_exact_whether_the_newest_rows_hold_them_or_no
                         page = await db.search_messages(query, limit=size, offset=offset, sort=sort, fields=["id"])
                         got += [h["id"] for h in page]
                     assert got == want, (query, sort, size)
+
+
+async def test_short_cjk_terms_walk_the_rows_holding_cjk_newest_first(pg_schema: tuple[str, str]) -> None:
+    admin, schema = pg_schema
+    async with PostgresSessionDB(store_dsn(admin, schema)) as db:
+        await db.create_session("s", "cli")
+        await db.append_messages_batch("s", [{"role": "user", "content": f"row {i} plain"} for i in range(2000)])
+        ids = [
+            await db.append_message("s", "user", "服务器返回错误"),
+            await db.append_message("s", "tool", "命令错误", tool_name="terminal"),  # tool rows count on this route
+            await db.append_message("s", "assistant", "没有问题"),
+            await db.append_message("s", "assistant", "서버 오류 발생"),
+        ]
+        assert [h["id"] for h in await db.search_messages("错误")] == [ids[1], ids[0]]
+        assert [h["id"] for h in await db.search_messages("서버 错误")] == [ids[3], ids[1], ids[0]]
+        assert [h["id"] for h in await db.search_messages("row 错误", limit=3)][:1] == [ids[1]]  # not all CJK: no index
+    conn = await admin_connect(admin)
+    try:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        await conn.execute("ANALYZE messages")
+        await conn.execute("SET enable_seqscan = off")
+        plan = await _plan(conn, like_scan_statement("错误"))
+        assert CJK_INDEX in plan, plan
+    finally:
+        await conn.close()
 
 
 @pytest.fixture

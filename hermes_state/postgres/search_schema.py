@@ -13,6 +13,11 @@ order hits newest (or oldest) first: a substring that occurs in many messages,
 or a word search with ``sort="newest"``, walks it backwards and stops after a
 page instead of sorting every match.
 
+``messages_hermes_cjk_idx`` is the same order over the rows that hold CJK
+text (:data:`CJK_ROWS`, a few percent of a typical store): the CJK LIKE
+route (terms too short for trigrams, e.g. ``错误``) walks only those rows,
+newest first, instead of scanning the table.
+
 The trigram index (``messages_hermes_trgm_idx``, GIN ``gin_trgm_ops`` on
 :data:`TRIGRAM_DOCUMENT`, content, tool_name and tool_calls of non-tool rows,
 the rows SQLite's trigram index holds) needs the ``pg_trgm`` extension. One
@@ -34,6 +39,8 @@ import logging
 from typing import Any, NamedTuple
 
 __all__ = [
+    "CJK_INDEX",
+    "CJK_ROWS",
     "SEARCH_COLUMN",
     "SEARCH_DOCUMENT",
     "SEARCH_INDEX",
@@ -55,6 +62,13 @@ SEARCH_DOCUMENT = (
 SEARCH_COLUMN = "search_vector"
 SEARCH_INDEX = "messages_hermes_search_idx"
 TIME_INDEX = "messages_hermes_time_idx"
+CJK_INDEX = "messages_hermes_cjk_idx"
+# The code points spec section 4.3 counts as CJK (sanitize.is_cjk_codepoint), as a regex class
+# built with chr() so the SQL text stays ASCII.
+_CJK_RANGES = ((0x3000, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0x20000, 0x2A6DF))
+_CJK_CLASS = "'[' || " + " || ".join(f"chr({a}) || '-' || chr({b})" for a, b in _CJK_RANGES) + " || ']'"
+# True for a row holding CJK text in a searched column; a query must repeat it verbatim.
+CJK_ROWS = f"((coalesce(content, '') || coalesce(tool_name, '') || coalesce(tool_calls, '')) ~ ({_CJK_CLASS}))"
 TRIGRAM_INDEX = "messages_hermes_trgm_idx"
 # What the trigram index covers; a query must repeat it verbatim. A term matching one of the
 # three columns matches this text too, so ``TRIGRAM_DOCUMENT ILIKE p`` may narrow a per-column test.
@@ -69,6 +83,7 @@ class SearchCatalog(NamedTuple):
     column: bool  # messages.search_vector exists
     index_def: str | None  # pg_get_indexdef of SEARCH_INDEX, None when absent
     time_index: bool
+    cjk_index: bool
     trigram_schema: str | None  # schema pg_trgm is installed in, None when not installed
     trigram_index: bool
 
@@ -83,6 +98,7 @@ class SearchCatalog(NamedTuple):
             self.column
             and self.index_on_column
             and self.time_index
+            and self.cjk_index
             and (self.trigram_schema is None or self.trigram_index)
         )
 
@@ -100,10 +116,14 @@ async def search_catalog(conn: Any) -> SearchCatalog:
         "EXISTS (SELECT 1 FROM pg_class i JOIN pg_namespace n ON n.oid = i.relnamespace "
         "  WHERE n.nspname = current_schema() AND i.relname = $3) AS trgm_idx, "
         "EXISTS (SELECT 1 FROM pg_class i JOIN pg_namespace n ON n.oid = i.relnamespace "
-        "  WHERE n.nspname = current_schema() AND i.relname = $4) AS time_idx",
-        SEARCH_COLUMN, SEARCH_INDEX, TRIGRAM_INDEX, TIME_INDEX,
+        "  WHERE n.nspname = current_schema() AND i.relname = $4) AS time_idx, "
+        "EXISTS (SELECT 1 FROM pg_class i JOIN pg_namespace n ON n.oid = i.relnamespace "
+        "  WHERE n.nspname = current_schema() AND i.relname = $5) AS cjk_idx",
+        SEARCH_COLUMN, SEARCH_INDEX, TRIGRAM_INDEX, TIME_INDEX, CJK_INDEX,
     )
-    return SearchCatalog(bool(row["col"]), row["idx"], bool(row["time_idx"]), row["trgm"], bool(row["trgm_idx"]))
+    return SearchCatalog(
+        bool(row["col"]), row["idx"], bool(row["time_idx"]), bool(row["cjk_idx"]), row["trgm"], bool(row["trgm_idx"])
+    )
 
 
 def _ident(name: str) -> str:
@@ -139,6 +159,8 @@ async def reconcile_search(conn: Any, catalog: SearchCatalog) -> dict[str, Any]:
         await conn.execute(f"CREATE INDEX {_ident(SEARCH_INDEX)} ON messages USING GIN ({_ident(SEARCH_COLUMN)})")
     if not catalog.time_index:
         await conn.execute(f'CREATE INDEX IF NOT EXISTS {_ident(TIME_INDEX)} ON messages ("timestamp", id)')
+    if not catalog.cjk_index:
+        await conn.execute(f'CREATE INDEX IF NOT EXISTS {_ident(CJK_INDEX)} ON messages ("timestamp", id) WHERE {CJK_ROWS}')
     trigram_schema, why = catalog.trigram_schema, "pg_trgm is not installed"
     if trigram_schema is None:
         trigram_schema, why = await _install_trigram(conn)

@@ -43,7 +43,7 @@ from ...sqlite.search.sanitize import (
 from ...sqlite.search.snippet import bounded_snippet, phrase_pattern
 from ..content import from_columns
 from ..schema import SEARCH_COLUMN
-from ..search_schema import TRIGRAM_DOCUMENT
+from ..search_schema import CJK_ROWS, TRIGRAM_DOCUMENT
 from .lineage_sql import last_active_sql
 from .registry import query
 
@@ -355,9 +355,17 @@ def _like_tokens(raw: str) -> list[str]:
 
 
 def _cjk_like_match(raw: str) -> tuple[str, list[Any]]:
-    """(condition, parameters) of the CJK LIKE route: any token occurs literally (tool rows included)."""
+    """(condition, parameters) of the CJK LIKE route: any token occurs literally (tool rows included).
+
+    When every token holds CJK, so does every matching row: the condition then
+    names :data:`CJK_ROWS`, which lets the partial CJK index serve it.
+    """
     params: list[Any] = []
-    return "(" + " OR ".join(_ilike(params, t) for t in _like_tokens(raw)) + ")", params
+    tokens = _like_tokens(raw)
+    match = "(" + " OR ".join(_ilike(params, t) for t in tokens) + ")"
+    if all(contains_cjk(t) for t in tokens):
+        match = f"{CJK_ROWS} AND {match}"
+    return match, params
 
 
 def like_scan_statement(text: str, limit: int = 20, probe: bool = False) -> tuple[str, list[Any]]:
@@ -375,7 +383,10 @@ async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     """CJK text too short for the substring index: any token occurs literally, newest first."""
     tokens = _like_tokens(raw)
     match = _cjk_like_match(raw)
-    rows = await _run_in_time_order(conn, req, match, match, "DESC")
+    if CJK_ROWS in match[0]:  # the partial CJK index walks the CJK rows newest first
+        rows = await _fetch_planned(conn, _statement(req, match[0], match[1], "m.timestamp DESC, m.id DESC"))
+    else:
+        rows = await _run_in_time_order(conn, req, match, match, "DESC")
     hits = [_hit(r, None, True) for r in rows]
     if req.with_snippet:
         for hit in hits:
