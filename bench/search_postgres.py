@@ -28,8 +28,9 @@ snippets, context or row decoding):
                      rows, and unless that filled the page the ``ILIKE``
                      statement over every row (``substring_search_statement``; the pg_trgm index
                      serves it where the extension is installed); for
-                     cjk-short the LIKE route's statement (on the index of
-                     the rows holding CJK text)
+                     cjk-short the LIKE route's probe over the newest 1,000
+                     rows holding CJK text and, unless that filled the page,
+                     its statement over all of them
 
 For word classes the table also shows ``full rank``: ``ts_rank`` over every
 match, ``ORDER BY rank LIMIT 20`` on the stored vector, what relevance would
@@ -199,8 +200,8 @@ def bare_statements(cls: str, query: str) -> tuple[list[tuple[str, list[Any]]], 
     from hermes_state.sqlite.search.sanitize import contains_cjk, sanitize_fts5_query
 
     word = word_search_statement(query, LIMIT)
-    if cls == "cjk-short":  # every token holds CJK: one statement on the CJK rows' index
-        return [like_scan_statement(query, LIMIT)], None
+    if cls == "cjk-short":
+        return [like_scan_statement(query, LIMIT, probe=True), like_scan_statement(query, LIMIT)], None
     if cls in SUBSTRING_CLASSES:
         probe, full = substring_search_statement(query, LIMIT, probe=True), substring_search_statement(query, LIMIT)
         assert probe is not None and full is not None

@@ -223,8 +223,9 @@ async def test_short_cjk_terms_walk_the_rows_holding_cjk_newest_first(pg_schema:
         await conn.execute(f'SET search_path TO "{schema}"')
         await conn.execute("ANALYZE messages")
         await conn.execute("SET enable_seqscan = off")
-        plan = await _plan(conn, like_scan_statement("错误"))
-        assert CJK_INDEX in plan, plan
+        for text in ("错误", "서버 错误"):
+            plan = await _plan(conn, like_scan_statement(text, probe=True))
+            assert CJK_INDEX in plan, plan
     finally:
         await conn.close()
 

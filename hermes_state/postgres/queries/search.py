@@ -229,14 +229,15 @@ def _time_order(req: _Search, rank: str) -> str:
 
 
 def _statement(
-    req: _Search, match_sql: str, params: list[Any], order: str, probe: str | None = None
+    req: _Search, match_sql: str, params: list[Any], order: str, probe: str | None = None, among: str = "true"
 ) -> tuple[str, list[Any]]:
     """The page of hits of ``match_sql`` in ``order``; ``probe`` ("DESC"/"ASC"): only among the
-    PROBE_ROWS rows at that end of (timestamp, id) order."""
+    PROBE_ROWS rows at that end of (timestamp, id) order of the rows where ``among`` holds
+    (a condition every hit meets)."""
     where = [match_sql, *req.filters(params)]
     params.extend([req.limit, req.offset])
     rows = "messages" if probe is None else (
-        f'(SELECT * FROM messages ORDER BY "timestamp" {probe}, id {probe} LIMIT {PROBE_ROWS})'
+        f'(SELECT * FROM messages WHERE {among} ORDER BY "timestamp" {probe}, id {probe} LIMIT {PROBE_ROWS})'
     )
     sql = (
         f"SELECT {_HIT_COLUMNS} FROM {rows} AS m JOIN sessions AS s ON s.id = m.session_id "
@@ -249,7 +250,9 @@ def _statement(
 Match = tuple[str, list[Any]]  # (SQL condition, its parameters)
 
 
-async def _run_in_time_order(conn: Any, req: _Search, probe: Match, full: Match, direction: str) -> list[Any]:
+async def _run_in_time_order(
+    conn: Any, req: _Search, probe: Match, full: Match, direction: str, among: str = "true"
+) -> list[Any]:
     """The page of hits ordered by (timestamp, id) ``direction``; ``probe`` and ``full`` are one
     condition, written for a scan of a few rows and for the index.
 
@@ -259,7 +262,7 @@ async def _run_in_time_order(conn: Any, req: _Search, probe: Match, full: Match,
     substring. Otherwise the statement runs over every row.
     """
     order = f"m.timestamp {direction}, m.id {direction}"
-    rows = await _fetch_planned(conn, _statement(req, probe[0], list(probe[1]), order, direction))
+    rows = await _fetch_planned(conn, _statement(req, probe[0], list(probe[1]), order, direction, among))
     if len(rows) == req.limit:
         return rows
     return await _fetch_planned(conn, _statement(req, full[0], list(full[1]), order))
@@ -354,39 +357,38 @@ def _like_tokens(raw: str) -> list[str]:
     return list(dict.fromkeys(plain_tokens(raw) or [raw]))
 
 
-def _cjk_like_match(raw: str) -> tuple[str, list[Any]]:
-    """(condition, parameters) of the CJK LIKE route: any token occurs literally (tool rows included).
+def _cjk_like_match(raw: str) -> tuple[Match, str]:
+    """((condition, parameters), the rows every hit is among) of the CJK LIKE route: any token occurs
+    literally (tool rows included).
 
     When every token holds CJK, so does every matching row: the condition then
-    names :data:`CJK_ROWS`, which lets the partial CJK index serve it.
+    names :data:`CJK_ROWS` (and the hits are among them), which lets the
+    partial CJK index serve it.
     """
     params: list[Any] = []
     tokens = _like_tokens(raw)
     match = "(" + " OR ".join(_ilike(params, t) for t in tokens) + ")"
     if all(contains_cjk(t) for t in tokens):
-        match = f"{CJK_ROWS} AND {match}"
-    return match, params
+        return (f"{CJK_ROWS} AND {match}", params), CJK_ROWS
+    return (match, params), "true"
 
 
 def like_scan_statement(text: str, limit: int = 20, probe: bool = False) -> tuple[str, list[Any]]:
     """The statement of the CJK LIKE route for ``text`` (``probe``: its first try, over the newest rows).
 
-    For the benchmark's bare statements.
+    For ``EXPLAIN`` and the benchmark's bare statements.
     """
     sanitized = sanitize_fts5_query(text)
     req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
-    match, params = _cjk_like_match(sanitized.strip('"').strip())
-    return _statement(req, match, params, "m.timestamp DESC, m.id DESC", "DESC" if probe else None)
+    (match, params), among = _cjk_like_match(sanitized.strip('"').strip())
+    return _statement(req, match, params, "m.timestamp DESC, m.id DESC", "DESC" if probe else None, among)
 
 
 async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     """CJK text too short for the substring index: any token occurs literally, newest first."""
     tokens = _like_tokens(raw)
-    match = _cjk_like_match(raw)
-    if CJK_ROWS in match[0]:  # the partial CJK index walks the CJK rows newest first
-        rows = await _fetch_planned(conn, _statement(req, match[0], match[1], "m.timestamp DESC, m.id DESC"))
-    else:
-        rows = await _run_in_time_order(conn, req, match, match, "DESC")
+    match, among = _cjk_like_match(raw)
+    rows = await _run_in_time_order(conn, req, match, match, "DESC", among)
     hits = [_hit(r, None, True) for r in rows]
     if req.with_snippet:
         for hit in hits:
