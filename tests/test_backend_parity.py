@@ -19,10 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "hermes_state"
 
 # Names registered on one backend only, each with the reason. Empty today:
 # a public call that reaches a query or command must work on both.
-ONE_BACKEND_QUERIES: dict[str, str] = {
-    "integrity_problems": "doctor check, not ported yet",
-    "compression_leases": "doctor check, not ported yet",
-}
+ONE_BACKEND_QUERIES: dict[str, str] = {}
 ONE_BACKEND_COMMANDS: dict[str, str] = {}
 # Bulk paths are optional speed-ups (the writer falls back to one by one).
 ONE_BACKEND_BULK: dict[str, str] = {}
