@@ -21,7 +21,7 @@ import pytest
 from hermes_state.postgres import SessionDB
 
 from .cli_support import run_cli
-from .postgres_support import schema_connect
+from .postgres_support import schema_connect, store_dsn, temporary_database
 
 pytestmark = pytest.mark.backends("postgres")
 
@@ -68,7 +68,13 @@ async def test_a_clean_store_reports_nothing(db: SessionDB, pg_dsn: str, tmp_pat
     code, report = doctor(tmp_path, pg_dsn)
     assert code == 0 and report["ok"] is True, report
     assert [c["check"] for c in report["checks"]] == ["schema", "integrity", "fts", "leases"]
-    assert check(report, "integrity") == {"check": "integrity", "status": "ok", "detail": "no problems found"}
+    conn = await schema_connect(pg_dsn)
+    try:
+        amcheck = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'amcheck')")
+    finally:
+        await conn.close()
+    note = "pages verified by amcheck" if amcheck else "amcheck not installed: pages not verified"
+    assert check(report, "integrity") == {"check": "integrity", "status": "ok", "detail": f"no problems found ({note})"}
     assert check(report, "fts")["status"] == "ok" and "pg_trgm" in check(report, "fts")["detail"]
     assert check(report, "leases")["detail"] == "0 live, 0 expired"
 
@@ -260,3 +266,43 @@ async def test_live_and_stale_leases_are_listed(db: SessionDB, pg_dsn: str, tmp_
     }
     assert await db.try_acquire_compression_lock("s2", "successor")  # and it really is replaced
     assert [row["holder"] for row in await db.compression_leases()] == ["pid=1:task=compress", "successor"]
+
+
+# ------------------------------------------------------------------ pages (amcheck)
+
+
+async def test_amcheck_finds_a_damaged_index_page(pg_admin_dsn: str, tmp_path: Path) -> None:
+    # A database of its own: installing amcheck and damaging a file must not reach other runs.
+    import asyncpg
+
+    async for url in temporary_database(pg_admin_dsn):
+        store = SessionDB(store_dsn(url))
+        admin = await asyncpg.connect(url)
+        try:
+            await store.create_session("s1", "cli")
+            await store.append_messages_batch("s1", [{"role": "user", "content": f"turn {i}"} for i in range(50)])
+            code, report = doctor(tmp_path, store_dsn(url))
+            assert "amcheck not installed" in check(report, "integrity")["detail"]
+            await admin.execute("CREATE EXTENSION amcheck")
+            assert await store.integrity_problems() == []
+            assert (await store.storage_info())["amcheck"] is True
+            code, report = doctor(tmp_path, store_dsn(url))
+            assert code == 0 and check(report, "integrity")["detail"] == "no problems found (pages verified by amcheck)"
+
+            # A rebuilt index is written around shared buffers, so the next read of it comes
+            # from the file: overwrite the file and that read meets a damaged page.
+            await admin.execute("REINDEX INDEX idx_sessions_source")
+            path = await admin.fetchval(
+                "SELECT current_setting('data_directory') || '/' || pg_relation_filepath('idx_sessions_source')"
+            )
+            await admin.execute(f"COPY (SELECT repeat('x', 8191) FROM generate_series(1, 4)) TO '{path}'")
+            problems = await store.integrity_problems()
+            assert [p for p in problems if "amcheck" in p] == [
+                "index idx_sessions_source fails amcheck: invalid page in block 0 of relation "
+                + await admin.fetchval("SELECT pg_relation_filepath('idx_sessions_source')")
+            ]
+            code, report = doctor(tmp_path, store_dsn(url))
+            assert code == 1 and "idx_sessions_source fails amcheck" in check(report, "integrity")["detail"]
+        finally:
+            await admin.close()
+            await store.close()

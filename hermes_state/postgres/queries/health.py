@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..schema import _UNIQUE_INDEXES, FOREIGN_KEYS, FUNCTIONS, INDEXES, SCHEMA_VERSION, SEARCH_INDEX, TABLES
+from .page_check import amcheck_schema, page_problems
 from .registry import query
 
 __all__ = ["MAX_INTEGRITY_PROBLEMS", "search_index_facts"]
@@ -167,15 +168,30 @@ async def _schema_problems(conn: Any) -> tuple[list[str], bool]:
     return problems, complete
 
 
+async def _fetch_checked(conn: Any, what: str, sql: str, problems: list[str]) -> list[Any]:
+    """Rows of one row check; a check the data itself breaks (a damaged page) becomes a problem line.
+
+    Each check runs in its own savepoint, so the ones after it still run.
+    """
+    import asyncpg  # type: ignore[import-untyped]
+
+    try:
+        async with conn.transaction():
+            return list(await conn.fetch(sql))
+    except asyncpg.InternalServerError as exc:  # class XX: XX001 data_corrupted, XX002 index_corrupted
+        problems.append(f"check of {what} failed: {exc}")
+    return []
+
+
 async def _row_problems(conn: Any) -> list[str]:
     """Counters that disagree with the rows, and rows whose parent is gone."""
     problems: list[str] = []
-    rows = await conn.fetch(_COUNTERS_SQL)
+    rows = await _fetch_checked(conn, "message counters", _COUNTERS_SQL, problems)
     if rows:
         examples = ", ".join(f"{r['id']} counts {r['counted']}, holds {r['stored']}" for r in rows)
         problems.append(f"message_count disagrees with the stored rows in {rows[0]['total']} session(s): {examples}")
     for what, grouped, sql in _ORPHAN_CHECKS:
-        found = await conn.fetch(sql)
+        found = await _fetch_checked(conn, what, sql, problems)
         if found:
             if grouped:
                 examples = ", ".join(f"{r[0]} ({r[1]} row{'s' if r[1] != 1 else ''})" for r in found)
@@ -187,8 +203,11 @@ async def _row_problems(conn: Any) -> list[str]:
 
 @query
 async def integrity_problems(conn: Any) -> list[str]:
-    """The store's consistency problems (schema objects, indexes, counters, orphans): [] when clean."""
+    """The store's consistency problems (schema objects, indexes, counters, orphans, and amcheck's
+    page checks where that extension is installed): [] when clean."""
     problems, complete = await _schema_problems(conn)
+    # Damaged pages first: they explain any row check they make fail.
+    problems.extend(await page_problems(conn, list(TABLES)) or [])
     if complete:  # the row checks need every table and column
         problems.extend(await _row_problems(conn))
     return problems[:MAX_INTEGRITY_PROBLEMS]
@@ -206,7 +225,9 @@ async def compression_leases(conn: Any) -> list[dict[str, Any]]:
 async def search_index_facts(conn: Any) -> dict[str, Any]:
     """``fts``: ``tsvector`` (the GIN search index is valid), ``invalid`` or ``none``;
     ``trigram``: ``indexed`` (a ``gin_trgm_ops`` index serves substring search),
-    ``available`` (pg_trgm installed, no such index) or ``unavailable``."""
+    ``available`` (pg_trgm installed, no such index) or ``unavailable``; ``pg_trgm``:
+    its version or None; ``amcheck``: whether that extension is installed (the
+    integrity check then verifies pages too, where the role may run it)."""
     search = None
     trigram_index = False
     for r in await conn.fetch(_INDEXES_SQL, ["messages"]):
@@ -218,4 +239,5 @@ async def search_index_facts(conn: Any) -> dict[str, Any]:
         "fts": "none" if search is None else ("tsvector" if search else "invalid"),
         "trigram": "indexed" if trigram_index else ("available" if extension else "unavailable"),
         "pg_trgm": extension,
+        "amcheck": await amcheck_schema(conn) is not None,
     }
