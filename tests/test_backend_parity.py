@@ -42,6 +42,26 @@ def test_handler_registries_agree() -> None:
     assert _one_sided(bulk_sqlite, bulk_postgres, ONE_BACKEND_BULK) == []
 
 
+def _command_types() -> set[type]:
+    import hermes_state.commands  # noqa: F401  (imports every command module)
+    from hermes_state.commands.base import Command
+
+    found: set[type] = set()
+    pending = list(Command.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        found.add(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def test_every_command_has_a_handler_on_both_backends() -> None:
+    commands = _command_types()
+    assert len(commands) > 30
+    assert sorted(c.__name__ for c in commands - set(SQLITE_HANDLERS)) == []
+    assert sorted(c.__name__ for c in commands - set(PG_HANDLERS)) == []
+
+
 def _queries_named_above_the_backends() -> set[str]:
     names: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
