@@ -1,11 +1,12 @@
 """Health reads for ``doctor`` and monitoring: what ``sqlite.queries.health`` answers, for PostgreSQL.
 
-PostgreSQL checks its own pages (checksums, WAL), so there is no
-``PRAGMA integrity_check`` to run. What can still go wrong is the store's
-own layer: a schema object dropped or never created, an index left invalid
-by a failed build, counters that drifted from the rows, rows whose parent
-is gone (foreign keys disabled for a bulk load, or dropped by hand). Each
-problem comes back as one line naming what is wrong and where.
+PostgreSQL has no ``PRAGMA integrity_check``; its page-level counterpart,
+``amcheck``, runs where an administrator installed it (``page_check``).
+The rest is the store's own layer: a schema object dropped or never
+created, an index left invalid by a failed build, counters that drifted
+from the rows, rows whose parent is gone (foreign keys disabled for a bulk
+load, or dropped by hand). Each problem comes back as one line naming what
+is wrong and where.
 """
 
 from __future__ import annotations
