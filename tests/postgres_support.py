@@ -75,6 +75,26 @@ async def temporary_schema(admin_dsn: str) -> AsyncIterator[str]:
             await conn.close()
 
 
+async def temporary_database(admin_dsn: str) -> AsyncIterator[str]:
+    """Create a uniquely named empty database, yield its ``postgresql://`` URL, drop it afterwards.
+
+    For tests whose outcome depends on every session of the database (what
+    VACUUM may remove is bounded by the oldest snapshot in the database, and
+    other runs share the server's ``test`` database).
+    """
+    name = f"hs_test_{uuid.uuid4().hex}"
+    conn = await admin_connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+        parts = urlsplit(admin_dsn)
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
 async def schema_connect(pg_dsn: str):  # type: ignore[no-untyped-def]
     """A raw asyncpg connection on the schema a ``pg_dsn`` store URL pins through ``search_path``."""
     schema = pg_dsn.rsplit("search_path=", 1)[1]

@@ -25,7 +25,7 @@ from hermes_state.sqlite.driver import driver_module
 
 from .conftest import BACKENDS
 from .postgres_support import schema_connect
-from .raw_sql import fetch_rows, open_store, store_target
+from .raw_sql import fetch_rows, open_store, raw_exec, store_target
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -156,7 +156,6 @@ async def test_processes_race_for_one_lease(target: str, tmp_path: Path) -> None
 # ----------------------------------------------------------- killed holders
 
 
-@pytest.mark.backends("sqlite")  # dead-pid reclaim is SQLite-only: on PostgreSQL hosts share the database
 async def test_lease_of_a_sigkilled_holder_is_taken_over(store: SessionDB) -> None:
     await seed(store, "s", 2)
     proc = spawn(HOLDER, store_target(store))
@@ -184,7 +183,6 @@ async def test_lease_of_a_sigkilled_holder_is_taken_over(store: SessionDB) -> No
     assert await store.get_compression_tip("s") == "s2"
 
 
-@pytest.mark.backends("sqlite")  # dead-pid reclaim is SQLite-only: on PostgreSQL hosts share the database
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see zombie processes")
 async def test_lease_of_an_unreaped_killed_holder_is_taken_over(store: SessionDB) -> None:
     proc = spawn(HOLDER, store_target(store))
@@ -204,18 +202,57 @@ async def test_lease_of_an_unreaped_killed_holder_is_taken_over(store: SessionDB
 
 
 @pytest.mark.backends("postgres")
-async def test_postgres_lease_of_a_dead_pid_ends_by_expiry_only(store: SessionDB) -> None:
+async def test_postgres_lease_from_another_host_ends_by_expiry_only(store: SessionDB) -> None:
+    from hermes_state.postgres.lease_host import LOCAL_HOST
+
+    assert LOCAL_HOST is not None  # Linux: this host's leases carry its token (the tests above rely on it)
     await seed(store, "s", 1)
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    holder = f"pid={int(done.stdout)}:task=compress:agent=abcdef:nonce=0badf00d"  # that process has exited
+    holder = f"pid={int(done.stdout)}:task=compress:agent=abcdef:nonce=0badf00d"  # no such process here
     assert await store.try_acquire_compression_lock("s", holder, ttl_seconds=1.0)
-    # Another host's pid means nothing here: the lease stands until it expires.
-    assert not await store.try_acquire_compression_lock("s", "successor", ttl_seconds=60)
+    ((host,),) = await fetch_rows(store, "SELECT holder_host FROM compression_locks WHERE session_id = 's'")
+    assert host == LOCAL_HOST
+    # Written by a worker on another machine (or before leases carried a host): its pid names nothing here.
+    for other in ("another-boot-id:4:4026531836", None):
+        await raw_exec(store, "UPDATE compression_locks SET holder_host = ? WHERE session_id = 's'", (other,))
+        assert not await store.try_acquire_compression_lock("s", "successor", ttl_seconds=60)
+        assert await store.get_compression_lock_holder("s") == holder
     t0 = time.monotonic()
     row_id = await store.append_message("s", "user", "after expiry")
     assert time.monotonic() - t0 >= 0.5  # the append waited out the lease
     assert (await store.get_messages("s"))[-1]["id"] == row_id
     assert await store.try_acquire_compression_lock("s", "successor", ttl_seconds=60)
+
+
+async def test_postgres_lease_table_without_holder_host_gains_it_on_open(pg_dsn: str) -> None:
+    """A schema written before leases carried a host: its old rows end by expiry, new ones carry the token."""
+    from hermes_state.postgres import SessionDB as PostgresSessionDB
+    from hermes_state.postgres.lease_host import LOCAL_HOST
+
+    async with PostgresSessionDB(pg_dsn) as db:
+        await db.create_session("s", "cli")
+    conn = await schema_connect(pg_dsn)
+    try:
+        await conn.execute("ALTER TABLE compression_locks DROP COLUMN holder_host")
+        await conn.execute(
+            "INSERT INTO compression_locks VALUES ('s', 'pid=999999999:task=old', $1, $2)", time.time(), time.time() + 60
+        )
+    finally:
+        await conn.close()
+    async with PostgresSessionDB(pg_dsn) as db:
+        assert not await db.try_acquire_compression_lock("s", "successor")  # an old row: expiry only
+        assert await db.try_acquire_compression_lock("t", "new-holder")
+        rows = await fetch_rows(db, "SELECT session_id, holder_host FROM compression_locks ORDER BY session_id")
+    assert rows == [("s", None), ("t", LOCAL_HOST)]
+
+
+def test_lease_host_token_names_boot_and_pid_namespace() -> None:
+    from hermes_state.postgres.lease_host import LOCAL_HOST, is_local, local_host_token
+
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    namespace = os.stat("/proc/self/ns/pid")
+    assert LOCAL_HOST == local_host_token() == f"{boot}:{namespace.st_dev}:{namespace.st_ino}"
+    assert is_local(LOCAL_HOST) and not is_local(None) and not is_local(f"{boot}:{namespace.st_dev}:1")
 
 
 # ------------------------------------------------------- appends vs compaction
@@ -489,7 +526,6 @@ async def test_lease_expired_but_unclaimed_is_revived_and_publishes(store: Sessi
 # ------------------------------------------------------------ the append guard
 
 
-@pytest.mark.backends("sqlite")  # dead-pid reclaim is SQLite-only: on PostgreSQL hosts share the database
 async def test_append_is_not_blocked_by_a_dead_holders_lease(store: SessionDB) -> None:
     await seed(store, "s", 2)
     proc = spawn(HOLDER, store_target(store))

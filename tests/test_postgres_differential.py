@@ -183,6 +183,7 @@ def make_machine(admin: str, root: Path) -> type[RuleBasedStateMachine]:
 
         def teardown(self) -> None:
             try:
+                problems = self.run(self.postgres.integrity_problems())
                 self.run(self.sqlite.close())
                 self.run(self.postgres.close())
             finally:
@@ -190,6 +191,8 @@ def make_machine(admin: str, root: Path) -> type[RuleBasedStateMachine]:
                     self.run(self._admin(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
                 finally:
                     self.loop.close()
+            # Whatever the calls did, doctor finds nothing wrong (no false alarm from counters or links).
+            assert problems == []
 
         def both(self, method: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
             """Call ``method`` on both stores (SQLite first); assert the same outcome; returns the raw results."""

@@ -27,7 +27,7 @@ from hermes_state.postgres import SessionDB as PostgresSessionDB
 from hermes_state.postgres.queries import search as pg_search
 from hermes_state.postgres.queries.search import like_scan_statement, substring_search_statement, word_search_statement
 from hermes_state.postgres.schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
-from hermes_state.postgres.search_schema import CJK_INDEX, TIME_INDEX, TRIGRAM_INDEX
+from hermes_state.postgres.search_schema import CJK_INDEX, TIME_INDEX, TRIGRAM_INDEX, search_catalog, search_problems
 
 from .postgres_support import admin_connect, server_dsn, store_dsn, temporary_schema
 
@@ -96,6 +96,12 @@ async def test_an_older_schemas_expression_index_is_replaced_by_the_stored_vecto
         # The layout version-25 schemas had before the stored column: an index on the expression.
         await conn.execute(f"ALTER TABLE messages DROP COLUMN {SEARCH_COLUMN}")
         await conn.execute(f"CREATE INDEX {SEARCH_INDEX} ON messages USING GIN (({SEARCH_DOCUMENT}))")
+        await conn.execute(f"DROP INDEX {TIME_INDEX}")
+        assert search_problems(await search_catalog(conn)) == [
+            f"table messages lacks the stored search column {SEARCH_COLUMN} (a writable open adds it)",
+            f"search index {SEARCH_INDEX} is on the text expression, not {SEARCH_COLUMN} (a writable open replaces it)",
+            f"missing index(es): {TIME_INDEX}",
+        ]
         async with PostgresSessionDB(dsn) as db:
             assert db._backend._facts["reconciled"] is True  # type: ignore[attr-defined]
             hits = await db.search_messages("kettle", limit=100)
@@ -105,6 +111,7 @@ async def test_an_older_schemas_expression_index_is_replaced_by_the_stored_vecto
         assert f"({SEARCH_COLUMN})" in indexdef and "to_tsvector" not in indexdef
         # Existing rows got their vector when the column was added.
         assert await conn.fetchval(f"SELECT count(*) FROM messages WHERE {SEARCH_COLUMN} = {SEARCH_DOCUMENT}") == 30
+        assert search_problems(await search_catalog(conn)) == []
         async with PostgresSessionDB(dsn) as db:  # now current: no DDL
             await db.get_session("s")
             assert db._backend._facts["reconciled"] is False  # type: ignore[attr-defined]

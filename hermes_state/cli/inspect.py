@@ -83,6 +83,39 @@ async def run_info(args: argparse.Namespace) -> int:
     return OK
 
 
+def _trigram_note(info: dict[str, Any]) -> str:
+    """How substring (and CJK) search runs, where the backend says (PostgreSQL's pg_trgm)."""
+    trigram = info.get("trigram")
+    if trigram == "indexed":
+        return "; substring search uses a pg_trgm index"
+    if trigram == "available":
+        return "; pg_trgm installed but no trigram index: substring search scans messages"
+    if trigram == "unavailable":
+        return "; pg_trgm not installed: substring search scans messages"
+    return ""
+
+
+def _amcheck_note(info: dict[str, Any]) -> str:
+    """Whether PostgreSQL's page checks ran with the integrity check (SQLite's always checks pages)."""
+    if "amcheck" not in info:
+        return ""
+    return " (pages verified by amcheck)" if info["amcheck"] else " (amcheck not installed: pages not verified)"
+
+
+def _lease_detail(leases: list[dict[str, Any]]) -> str:
+    """Live leases with their holders, then the stale (expired, not yet replaced) ones."""
+    live = [lease for lease in leases if lease["live"]]
+    stale = [lease for lease in leases if not lease["live"]]
+    detail = f"{len(live)} live, {len(stale)} expired"
+    if live:
+        detail += ": " + ", ".join(f"{lease['session_id']} held by {lease['holder']}" for lease in live[:5])
+    if stale:
+        detail += "; stale (the next acquirer replaces them): " + ", ".join(
+            f"{lease['session_id']} of {lease['holder']}" for lease in stale[:5]
+        )
+    return detail
+
+
 def _check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"check": name, "status": status, "detail": detail}
 
@@ -91,7 +124,10 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
     checks: list[dict[str, str]] = []
     bar = progress(5, "doctor", unit="check")
     try:
-        info = await _facts(db, target)
+        try:
+            info = await _facts(db, target)
+        except Exception:  # counting rows can trip over the very damage the checks below name
+            info = {**(await db.storage_info()), **_file_sizes(target)}
         version = info.get("schema_version")
         checks.append(_check("schema", "ok" if version == SCHEMA_VERSION else "fail",
                              f"version {version} (this release writes {SCHEMA_VERSION})"))
@@ -100,7 +136,8 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
         if problems is None:
             checks.append(_check("integrity", "skip", "this backend has no integrity check"))
         else:
-            checks.append(_check("integrity", "fail" if problems else "ok", "; ".join(problems[:5]) or "no problems found"))
+            clean = "no problems found" + _amcheck_note(info)
+            checks.append(_check("integrity", "fail" if problems else "ok", "; ".join(problems[:5]) or clean))
         bar.update()
         pending = info.get("fts_rebuild")
         fts = info.get("fts")
@@ -108,22 +145,23 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
             checks.append(_check("fts", "skip", "this backend does not report its full-text index state"))
         elif fts in (None, "none"):
             checks.append(_check("fts", "warn", "no full-text index: search uses slower scans"))
+        elif fts == "invalid":
+            checks.append(_check("fts", "fail", "the search index is invalid (an interrupted build): REINDEX it"))
         elif pending:
             checks.append(_check("fts", "warn", f"{fts} layout, backfill {pending['percent']}% done"))
         else:
-            checks.append(_check("fts", "ok", f"{fts} layout, fully indexed"))
+            checks.append(_check("fts", "ok", f"{fts} layout, fully indexed{_trigram_note(info)}"))
         bar.update()
         wal = info.get("wal_bytes")
         if "wal_bytes" in info:
             status = "warn" if wal is not None and wal > WAL_WARN_BYTES else "ok"
             checks.append(_check("wal", status, f"journal mode {info.get('journal_mode')}, WAL {size(wal)}"))
         bar.update()
-        leases = await _if_supported(db.compression_leases()) or []
-        live = [lease for lease in leases if lease["live"]]
-        detail = f"{len(live)} live, {len(leases) - len(live)} expired"
-        if live:
-            detail += ": " + ", ".join(f"{lease['session_id']} held by {lease['holder']}" for lease in live[:5])
-        checks.append(_check("leases", "ok", detail))
+        leases = await _if_supported(db.compression_leases())
+        if leases is None:
+            checks.append(_check("leases", "skip", "this backend does not list compression leases"))
+        else:
+            checks.append(_check("leases", "ok", _lease_detail(leases)))
         bar.update()
     finally:
         bar.close()

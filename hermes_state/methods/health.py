@@ -14,7 +14,12 @@ class HealthMethods(StoreBase):
     """Read-only checks; they work on read-only stores and never enter the write queue."""
 
     async def integrity_problems(self) -> list[str]:
-        """Run the database's own integrity check; returns ``[]`` when clean, else the first problems found."""
+        """Check the store for damage; returns ``[]`` when clean, else the first problems found (one line each).
+
+        SQLite runs ``PRAGMA integrity_check`` on the file; PostgreSQL checks
+        the store's schema objects, indexes, counters and links (the server
+        checks its own pages).
+        """
         return list(await self._query("integrity_problems"))
 
     async def compression_leases(self) -> list[dict[str, Any]]:

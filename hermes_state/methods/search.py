@@ -259,7 +259,7 @@ class SearchMethods(StoreBase):
             rows = await self._query(
                 "session_ids_matching",
                 needle,
-                max(limit * 4, limit),
+                min(limit * 4, INT64_MAX),
                 bool(include_archived),
                 wanted,
                 _names(exclude_sources, "exclude_sources"),

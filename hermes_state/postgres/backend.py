@@ -27,6 +27,7 @@ from .errors import is_busy, is_disconnect, to_store_error, unavailable
 from .outcome import batch_committed
 from .pool import ConnectionPool
 from .queries import query_for
+from .queries.health import search_index_facts
 from .schema import check_schema_read_only, ensure_schema
 from .text_values import nul_refusal
 from .writer import BatchToken, apply_batch
@@ -221,6 +222,7 @@ class PostgresBackend:
             async with self.pool.acquire() as conn:
                 info["server_version"] = await conn.fetchval("SHOW server_version")
                 info["schema"] = await conn.fetchval("SELECT current_schema()")
+                info.update(await search_index_facts(conn))
         return info
 
     async def close(self) -> None:

@@ -99,6 +99,8 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "compression_locks": (
         ("session_id", "TEXT PRIMARY KEY"), ("holder", "TEXT NOT NULL"),
         ("acquired_at", f"{_REAL} NOT NULL"), ("expires_at", f"{_REAL} NOT NULL"),
+        # PostgreSQL only: whose process table a pid= holder names (hermes_state.postgres.lease_host).
+        ("holder_host", "TEXT"),
     ),
     # PostgreSQL only: each write batch inserts its token here in its own transaction, so a
     # writer that lost the COMMIT reply can look it up (hermes_state.postgres.outcome).

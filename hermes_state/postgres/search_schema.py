@@ -51,6 +51,7 @@ __all__ = [
     "reconcile_search",
     "search_catalog",
     "search_facts",
+    "search_problems",
 ]
 
 log = logging.getLogger("hermes_state.postgres")
@@ -184,6 +185,25 @@ async def _create_trigram_index(conn: Any, trigram_schema: str) -> tuple[bool, s
     except asyncpg.PostgresError as exc:
         return False, f"creating {TRIGRAM_INDEX} failed: {exc}"
     return True, ""
+
+
+def search_problems(catalog: SearchCatalog) -> list[str]:
+    """``doctor``'s lines for search objects missing or out of date ([] when current).
+
+    Opening the store writable recreates each of them.
+    """
+    problems = []
+    if not catalog.column:
+        problems.append(f"table messages lacks the stored search column {SEARCH_COLUMN} (a writable open adds it)")
+    if catalog.index_def is not None and not catalog.index_on_column:
+        problems.append(f"search index {SEARCH_INDEX} is on the text expression, not {SEARCH_COLUMN} (a writable open replaces it)")
+    wanted = ((SEARCH_INDEX, catalog.index_def is not None), (TIME_INDEX, catalog.time_index), (CJK_INDEX, catalog.cjk_index))
+    missing = [name for name, present in wanted if not present]
+    if catalog.trigram_schema is not None and not catalog.trigram_index:
+        missing.append(TRIGRAM_INDEX)
+    if missing:
+        problems.append(f"missing index(es): {', '.join(missing)}")
+    return problems
 
 
 def search_facts(trigram: bool, why: str = "pg_trgm is not installed") -> dict[str, Any]:

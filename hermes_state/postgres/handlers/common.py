@@ -10,6 +10,7 @@ from ...commands.messages import MessageRow
 from ...errors import SessionNotFoundError
 from ...rules import append_refusal
 from ..content import to_columns
+from ..lease_host import is_local
 
 __all__ = [
     "MESSAGE_COLUMNS",
@@ -89,14 +90,17 @@ async def append_refusals(
     """The append admission verdict per (session, holder) pair, in one query (see ``rules.append_refusal``)."""
     ids = sorted({session_id for session_id, _ in keys})
     rows = await conn.fetch(
-        "SELECT k.id, s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END, l.holder "
+        "SELECT k.id, s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END, l.holder, l.holder_host "
         "FROM unnest($1::text[]) AS k(id) LEFT JOIN sessions AS s ON s.id = k.id "
         "LEFT JOIN compression_locks AS l ON l.session_id = k.id AND l.expires_at > $2",
         ids, now,
     )
-    state = {r[0]: (r[1], r[2], r[3]) for r in rows}
-    # Workers on several hosts share the database: a lease ends by expiry only (see rules.append_refusal).
-    return {(sid, holder): append_refusal(sid, *state[sid], holder, local_holders=False) for sid, holder in keys}
+    state = {r[0]: (r[1], r[2], r[3], is_local(r[4])) for r in rows}
+    # Workers on several hosts share the database: only a lease written from this process
+    # table can be judged by its holder's pid (see lease_host); the others end by expiry.
+    return {
+        (sid, holder): append_refusal(sid, *state[sid][:3], holder, local_holders=state[sid][3]) for sid, holder in keys
+    }
 
 
 def message_values(session_id: str, row: MessageRow) -> tuple[Any, ...]:

@@ -1,10 +1,10 @@
 """Handlers for compression leases, compaction, continuation children, cooldowns and rewind.
 
-The rules and messages of ``sqlite.handlers.compression``, with one
-intended difference: a lease is reclaimed only once it has expired, never
-because its ``pid=`` holder is missing from this machine's process table
-(workers on other hosts share the database, and their pids name nothing
-here). Leases work across processes and hosts through the
+The rules and messages of ``sqlite.handlers.compression``. A lease whose
+``pid=`` holder process is gone is reclaimed at once, as on SQLite, but only
+when the row was written from this process table (``lease_host``): workers
+on other hosts share the database, and their pids name nothing here, so
+their leases end by expiry or release. Leases work across processes and hosts through the
 ``compression_locks`` primary key: the reclaim reads the row ``FOR UPDATE``
 and the claim is an ``INSERT ... ON CONFLICT DO NOTHING``, so of two stores
 racing for one lease the second waits for the first to commit and then
@@ -32,7 +32,8 @@ from ...commands.compression import (
 from ...commands.messages import MessageRow
 from ...encoding import decode_message_row
 from ...errors import CompressionSessionBusyError
-from ...rules import CHILD_INHERITED_COLUMNS, patched_model_config
+from ...rules import CHILD_INHERITED_COLUMNS, holder_process_is_dead, patched_model_config
+from ..lease_host import LOCAL_HOST, is_local
 from ..queries.core import MESSAGE_SELECT, message_dict
 from ..queries.lineage_sql import continuation_sql
 from .common import insert_messages, require_session, row_count, store_prompt
@@ -44,15 +45,15 @@ async def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tu
     now = time.time()
     reclaimed = None
     row = await conn.fetchrow(
-        "SELECT holder, expires_at FROM compression_locks WHERE session_id = $1 FOR UPDATE", cmd.session_id
+        "SELECT holder, expires_at, holder_host FROM compression_locks WHERE session_id = $1 FOR UPDATE", cmd.session_id
     )
-    if row is not None and row[1] < now:
+    if row is not None and (row[1] < now or (is_local(row[2]) and holder_process_is_dead(row[0]))):
         await conn.execute("DELETE FROM compression_locks WHERE session_id = $1 AND holder = $2", cmd.session_id, row[0])
         reclaimed = row[0]
     await conn.execute(
-        "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at) VALUES ($1, $2, $3, $4) "
-        "ON CONFLICT (session_id) DO NOTHING",
-        cmd.session_id, cmd.holder, now, now + cmd.ttl_seconds,
+        "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at, holder_host) "
+        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (session_id) DO NOTHING",
+        cmd.session_id, cmd.holder, now, now + cmd.ttl_seconds, LOCAL_HOST,
     )
     owner = await conn.fetchval("SELECT holder FROM compression_locks WHERE session_id = $1", cmd.session_id)
     return owner == cmd.holder, reclaimed
