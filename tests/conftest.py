@@ -38,6 +38,39 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("store", names, indirect=True)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Install ``pg_trgm`` in the test database's ``public`` schema once, before any test runs.
+
+    A store that finds no ``pg_trgm`` creates it in the first schema of its
+    search path: for a test, its own throwaway schema. Dropping that schema
+    drops the extension and, with it, the trigram index of every other test's
+    store, which parallel workers (pytest-xdist) would see mid-test. One copy
+    in ``public``, made by the controller before the workers start, avoids
+    that; tests that need a database without it make their own.
+    """
+    if hasattr(session.config, "workerinput") or not os.environ.get("HERMES_TEST_POSTGRES_DSN", "").strip():
+        return
+    import asyncio
+
+    from tests.postgres_support import server_dsn
+
+    async def install() -> None:
+        import asyncpg
+
+        try:
+            conn = await asyncpg.connect(server_dsn(), timeout=10)
+        except (OSError, asyncpg.PostgresError):
+            return  # the PostgreSQL tests themselves report the unreachable server
+        try:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+        except asyncpg.PostgresError:
+            pass  # no privilege or no extension: stores fall back to ILIKE scans, and the tests say so
+        finally:
+            await conn.close()
+
+    asyncio.run(install())
+
+
 # Fixtures that mean "this test talks to the PostgreSQL server".
 POSTGRES_FIXTURES = frozenset({"pg_dsn", "pg_admin_dsn"})
 

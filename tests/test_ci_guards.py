@@ -27,7 +27,7 @@ def _run(tmp_path: Path, forbid: bool) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     env = dict(os.environ, HERMES_FORBID_SKIPS="1" if forbid else "0")
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
 

@@ -169,7 +169,7 @@ def test_without_a_server_tests_skip_or_fail_under_ci(require: str, expected: st
     if require:
         env["HERMES_REQUIRE_POSTGRES"] = require
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-rs", "-p", "no:cacheprovider",
          "tests/test_postgres_core.py::test_paging_after_id"],
         cwd=root, env=env, capture_output=True, text=True, timeout=120,
     )
