@@ -29,7 +29,7 @@ from hermes_state.postgres.queries.search import like_scan_statement, substring_
 from hermes_state.postgres.schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
 from hermes_state.postgres.search_schema import CJK_INDEX, TIME_INDEX, TRIGRAM_INDEX, search_catalog, search_problems
 
-from .postgres_support import admin_connect, server_dsn, store_dsn, temporary_schema
+from .postgres_support import admin_connect, server_dsn, store_dsn, temporary_database, temporary_schema
 
 
 @pytest.fixture
@@ -292,6 +292,27 @@ async def test_without_pg_trgm_substring_search_scans_and_says_so(
         assert await conn.fetchval("SELECT to_regclass($1)", f'"{schema}".{TRIGRAM_INDEX}') is not None
     finally:
         await conn.close()
+
+
+async def test_pg_trgm_goes_to_public_so_dropping_one_stores_schema_spares_the_others() -> None:
+    """Two stores in two schemas of a database without pg_trgm: the first installs it, in public."""
+    async for database in temporary_database(server_dsn()):
+        conn = await admin_connect(database)
+        try:
+            await conn.execute('CREATE SCHEMA "first"; CREATE SCHEMA "second"')
+            for schema in ("first", "second"):
+                async with PostgresSessionDB(store_dsn(database, schema)) as db:
+                    assert (await db.storage_info())["substring_index"] == f"pg_trgm ({TRIGRAM_INDEX})"
+            place = "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
+            assert await conn.fetchval(place) == "public"
+            await conn.execute('DROP SCHEMA "first" CASCADE')
+            assert await conn.fetchval("SELECT to_regclass($1)", f'"second".{TRIGRAM_INDEX}') is not None
+            async with PostgresSessionDB(store_dsn(database, "second")) as db:
+                await db.create_session("s", "cli")
+                await db.append_message("s", "user", "run docker compose up")
+                assert [h["snippet"][:16] for h in await db.search_messages("ocker")] == ["run d>>>ocker<<<"]
+        finally:
+            await conn.close()
 
 
 async def test_deadline_cancels_the_search_on_the_server(pg_schema: tuple[str, str], hermes_home: Path) -> None:

@@ -22,10 +22,12 @@ The trigram index (``messages_hermes_trgm_idx``, GIN ``gin_trgm_ops`` on
 :data:`TRIGRAM_DOCUMENT`, content, tool_name and tool_calls of non-tool rows,
 the rows SQLite's trigram index holds) needs the ``pg_trgm`` extension. One
 expression rather than three columns lets every term of a query be a
-condition on the same index, which GIN intersects in one scan. Reconciling creates the
-extension when the role may (``CREATE EXTENSION`` needs the database's CREATE
-privilege); when it may not, substring and CJK queries still work, as
-sequential ``ILIKE`` scans, and the store says so (a log line at open and
+condition on the same index, which GIN intersects in one scan. Reconciling
+creates the extension when the role may (``CREATE EXTENSION`` needs the
+database's CREATE privilege), in ``public`` where it may: dropping a store's
+own schema would otherwise take the extension, and every other schema's
+trigram index, with it. When it may not, substring and CJK queries still work,
+as sequential ``ILIKE`` scans, and the store says so (a log line at open and
 ``storage_info()['substring_index']``). Once an administrator installs the
 extension, the next writable open adds the index.
 
@@ -135,11 +137,21 @@ async def _install_trigram(conn: Any) -> tuple[str | None, str]:
     """Create ``pg_trgm`` if the role may; returns (its schema or None, why not)."""
     import asyncpg  # type: ignore[import-untyped]
 
-    try:
-        async with conn.transaction():  # a savepoint: a refusal must not abort the reconcile
-            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    except asyncpg.PostgresError as exc:  # no privilege, or the extension is not on the server
-        return None, f"CREATE EXTENSION pg_trgm failed: {exc}"
+    # An extension is one per database, but lives in one schema, and dropping that
+    # schema drops every trigram index built on it. Unqualified, it would land in
+    # this store's own schema (first on its search path), so stores sharing a
+    # database in several schemas would all hang on the first one's: put it in
+    # public where the role may, and in the search path's schema only otherwise.
+    failure: Exception | None = None
+    for statement in ("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public", "CREATE EXTENSION IF NOT EXISTS pg_trgm"):
+        try:
+            async with conn.transaction():  # a savepoint: a refusal must not abort the reconcile
+                await conn.execute(statement)
+            break
+        except asyncpg.PostgresError as exc:  # no privilege, no public schema, or no extension on the server
+            failure = exc
+    else:
+        return None, f"CREATE EXTENSION pg_trgm failed: {failure}"
     schema = await conn.fetchval(
         "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
     )
