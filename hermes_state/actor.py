@@ -265,12 +265,9 @@ class WriterActor:
     def _next_batch(self, stop: bool) -> tuple[list[_Item], bool] | None:
         """The batch already waiting in the queue, or None; ``([], True)`` when the stop sentinel is next."""
         assert self._queue is not None
-        if stop:
+        if stop or self._queue.empty():  # the common case of one caller: no exception raised per batch
             return None
-        try:
-            first = self._queue.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
+        first = self._queue.get_nowait()
         if first is _STOP:
             return [], True
         return self._take_batch(first)
