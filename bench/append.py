@@ -21,6 +21,10 @@ store makes:
                            fetchall and decoded into the same dicts; the store's and
                            the plain read alternate, 5 pairs on warm connections
 
+A "paired" line repeats (b) with the limit and the store alternating in ten
+segments of the same run (same load, same file growth for both), a ratio
+that drift between two separate runs cannot tilt.
+
 ``--naive`` adds the old naive contender (one aiosqlite connection behind an
 ``asyncio.Lock``, one transaction per write). A last step measures the
 ``tracemalloc`` peak of one ``append_messages_batch`` of 100,000 messages
@@ -343,9 +347,48 @@ async def paired_reads(SessionDB: Any, path: Path, sid: str, pairs: int = 5) -> 
         for _ in range(pairs):
             plain_times.append(plain_read(conn, sid)[0])
             t0 = time.perf_counter()
-            await db.get_messages(sid)
+            got = await db.get_messages(sid)
             store_times.append(time.perf_counter() - t0)
+            # Freed after the clock stops, as the plain read's result is: freeing
+            # 10,000 dicts takes ~10 ms and is no part of either read.
+            del got
         return statistics.median(store_times), statistics.median(plain_times), same
+    finally:
+        conn.close()
+        await db.close()
+
+
+async def paired_b(SessionDB: Any, w: Workload, d: Path, segments: int = 10) -> tuple[float, float]:
+    """Seconds of the store's shape (b) and of its one-commit-per-row limit, timed in alternating segments.
+
+    The 5,000 appends are cut into ``segments`` slices; each slice is written
+    by the limit and by the store back to back (which goes first alternates),
+    so both see the same machine load and the same file growth, and drift
+    between two separate runs cannot tilt the ratio.
+    """
+    from hermes_state.sqlite.driver import driver_module
+
+    conn = driver_module().connect(str(d / "paired-limit.db"), isolation_level=None, check_same_thread=False)
+    db = SessionDB(str(d / "paired-store.db"))
+    try:
+        _sync_setup(conn)
+        conn.execute(SESSION_SQL, ("b", time.time()))
+        await db.create_session("b", source="bench", model="m")
+        texts = list(enumerate(w.texts_b))
+        size = -(-len(texts) // segments)
+        store_s = limit_s = 0.0
+        for k, start in enumerate(range(0, len(texts), size)):
+            part = texts[start : start + size]
+            for who in (("limit", "store") if k % 2 == 0 else ("store", "limit")):
+                t0 = time.perf_counter()
+                if who == "limit":
+                    _write_per_row_commit(conn, [row("b", ROLE[i % 2], x, time.time()) for i, x in part])
+                    limit_s += time.perf_counter() - t0
+                else:
+                    for i, x in part:
+                        await db.append_message("b", ROLE[i % 2], x)
+                    store_s += time.perf_counter() - t0
+        return store_s, limit_s
     finally:
         conn.close()
         await db.close()
@@ -714,6 +757,7 @@ async def amain(args: argparse.Namespace) -> int:
     checks: list[str] = []
     schema_compared = False
     memory: dict[str, float] | None = None
+    paired: list[tuple[float, float]] = []  # (store, limit) seconds of (b) in alternating segments, per round
     started = time.perf_counter()
     print(
         f"hermes-state append benchmark: scale={args.scale} repeat={args.repeat} "
@@ -744,6 +788,12 @@ async def amain(args: argparse.Namespace) -> int:
                     parts["store"] = await run_store(SessionDB, w, rdir, errors, key)
                 for who, res in parts.items():
                     results.setdefault(who, {}).update(res)
+            if SessionDB is not None and args.paired:
+                try:
+                    store_s, limit_s = await paired_b(SessionDB, w, rdir)
+                    paired.append((store_s, limit_s))
+                except Exception:
+                    errors["store:b_paired"] = traceback.format_exc()
             for who, res in results.items():
                 for shape, secs in res.items():
                     samples.setdefault(who, {}).setdefault(shape, []).append(secs)
@@ -782,6 +832,11 @@ async def amain(args: argparse.Namespace) -> int:
         rounds = round_ratios(samples, t["shape"], t["ratio"].split("/")[-1])
         per_round = f"  (per round: {', '.join(f'{r:.2f}' for r in rounds)})" if rounds else ""
         print(f"  ({t['shape']}) {t['ratio']:<18} {bound}  got {v:>8}  {t['status']}{per_round}")
+    if paired:
+        ratios = [limit_s / store_s for store_s, limit_s in paired]
+        value = statistics.median(ratios)
+        print(f"  (b) paired: store/row_commit, alternating segments of the same run  got {value:>7.2f}x  "
+              f"{'PASS' if value >= 0.75 else 'FAIL'} vs 0.75 (per round: {', '.join(f'{r:.2f}' for r in ratios)})")
     print()
     compared = "store and baseline schema identical" if schema_compared else "store schema not compared"
     print("file checks: " + (f"all rows, counters and FTS entries present; all files WAL; {compared}"
@@ -812,6 +867,7 @@ async def amain(args: argparse.Namespace) -> int:
             "memory": memory,
             "samples_seconds": samples,
             "targets": targets,
+            "paired_b_seconds": paired,
             "checks": checks,
             "errors": errors,
             "wall_seconds": elapsed,
@@ -848,6 +904,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-rows", type=int, default=None, metavar="N",
                    help="rows of the memory measurement (default 100,000 x scale; 0 skips it)")
     p.add_argument("--keep", action="store_true", help="keep the database files")
+    p.add_argument("--no-paired", dest="paired", action="store_false",
+                   help="skip the paired (b) line (limit and store in alternating segments)")
     args = p.parse_args(argv)
     if args.scale <= 0:
         p.error("--scale must be > 0")

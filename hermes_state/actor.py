@@ -11,6 +11,14 @@ A caller cancelled while its command still waits in the queue withdraws it
 (the command is skipped); once the writer took it, the command commits or
 rolls back whole and only the result is discarded. ``stop()`` enqueues a
 sentinel and waits, so everything queued before it is applied first.
+
+A backend may offer ``start_batch(commands, report)`` instead of awaiting
+``apply_batch``: it starts the batch and later calls ``report(outcomes,
+error)`` on the event loop. That report does what the writer task's step
+would: it counts the batch, resolves its futures, takes whatever is queued
+by then and starts it. The task only waits for the chain to run dry, so a
+batch costs one loop callback instead of a chain of task wake-ups, and a
+caller awaiting each append runs again in the very next loop iteration.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Sequence
 
-from .backend import Outcome
+from .backend import Outcome, Report
 from .commands.base import Command
 from .errors import WriteNotAppliedError
 
@@ -30,6 +38,10 @@ __all__ = ["WriteNotAppliedError", "WriterActor", "WriterStoppedError"]
 log = logging.getLogger("hermes_state.actor")
 
 ApplyBatch = Callable[[Sequence[Command]], Awaitable[list[Outcome]]]
+StartBatch = Callable[[Sequence[Command], Report], None]
+# How a chain of started batches ended: the last batch, its error (None: all
+# applied) and whether the stop sentinel was taken.
+_ChainEnd = tuple[list["_Item"], BaseException | None, bool]
 
 MAX_BATCH_COMMANDS = 1024
 MAX_BATCH_BYTES = 16 * 1024 * 1024
@@ -72,8 +84,11 @@ class WriterActor:
         max_bytes: int = MAX_BATCH_BYTES,
         queue_limit: int = QUEUE_LIMIT,
         name: str = "hermes-state-writer",
+        start: StartBatch | None = None,
     ) -> None:
         self._apply = apply
+        self._start = start
+        self._in_flight: list[_Item] = []
         self._max_batch = max_batch
         self._max_bytes = max_bytes
         self._queue_limit = queue_limit
@@ -177,11 +192,114 @@ class WriterActor:
                 if first is _STOP:
                     break
                 batch, stop = self._take_batch(first)
-                await self._apply_and_resolve(batch)
+                if self._start is not None:
+                    stop = await self._run_chain(self._start, batch, stop)
+                else:
+                    await self._apply_and_resolve(batch)
         finally:
             self._fail_pending(WriterStoppedError("the SessionDB writer stopped before this write was applied"))
 
-    async def _apply_live(self, batch: list[_Item]) -> tuple[list[_Item], list[Any]] | None:
+    async def _run_chain(self, start: StartBatch, batch: list[_Item], stop: bool) -> bool:
+        """Apply ``batch`` and every batch queued behind it through ``start``; returns whether to stop.
+
+        A batch known not applied is retried once; any other error fails
+        that batch's callers and ends the chain (the task takes the next).
+        """
+        loop = asyncio.get_running_loop()
+        retried: list[_Item] | None = None
+        while True:
+            ended: asyncio.Future[_ChainEnd] = loop.create_future()
+            self._launch(start, batch, stop, ended)
+            try:
+                batch, error, stop = await ended
+            except asyncio.CancelledError:
+                self._abandon(self._in_flight)
+                raise
+            if error is None:
+                return stop
+            if isinstance(error, WriteNotAppliedError) and batch is not retried:
+                retried = batch
+                self.retried_batches += 1  # nothing of it committed: once more, without withdrawn callers
+                continue
+            for item in batch:
+                if not item.future.done():
+                    self.failed += 1
+                    item.future.set_exception(error)
+            self._maybe_log()
+            return stop
+
+    def _launch(self, start: StartBatch, batch: list[_Item], stop: bool, ended: asyncio.Future[_ChainEnd]) -> None:
+        """Start the live items of ``batch``; its report settles them and launches what is queued by then."""
+        live = [item for item in batch if not item.future.done()]
+        while not live:  # every caller withdrew: on to what is queued
+            following = self._next_batch(stop)
+            if following is None:
+                ended.set_result((batch, None, stop))
+                return
+            batch, stop = following
+            live = [item for item in batch if not item.future.done()]
+        self._in_flight = batch
+        started = time.perf_counter()
+
+        def report(outcomes: list[Outcome] | None, error: BaseException | None) -> None:
+            if outcomes is not None:
+                # Counted before the callers resume, as in the apply path.
+                self._resolve(live, outcomes, started)
+            if ended.done():  # the writer task was cancelled meanwhile: no more batches
+                return
+            if outcomes is None:
+                ended.set_result((batch, error or RuntimeError("the batch reported nothing"), stop))
+                return
+            self._maybe_log()
+            following = self._next_batch(stop)
+            if following is None:
+                ended.set_result((batch, None, stop))
+            else:
+                self._launch(start, *following, ended)
+
+        try:
+            start([item.command for item in live], report)
+        except Exception as exc:
+            ended.set_result((batch, exc, stop))
+
+    def _next_batch(self, stop: bool) -> tuple[list[_Item], bool] | None:
+        """The batch already waiting in the queue, or None; ``([], True)`` when the stop sentinel is next."""
+        assert self._queue is not None
+        if stop or self._queue.empty():  # the common case of one caller: no exception raised per batch
+            return None
+        first = self._queue.get_nowait()
+        if first is _STOP:
+            return [], True
+        return self._take_batch(first)
+
+    @staticmethod
+    def _abandon(batch: list[_Item]) -> None:
+        for item in batch:
+            if not item.future.done():
+                item.future.set_exception(
+                    WriterStoppedError(
+                        "the SessionDB writer was cancelled while applying this write; it may or may "
+                        "not have committed (close the store before the event loop shuts down)"
+                    )
+                )
+
+    def _resolve(self, live: list[_Item], outcomes: list[Outcome], started: float) -> None:
+        """Count the applied batch, then resolve its callers' futures."""
+        self._latencies.append((time.perf_counter() - started) * 1000.0)
+        self.batches += 1
+        self.commands += len(live)
+        self.max_batch_seen = max(self.max_batch_seen, len(live))
+        for item, (ok, value) in zip(live, outcomes):
+            if not ok:
+                self.failed += 1
+            if item.future.done():
+                continue
+            if ok:
+                item.future.set_result(value)
+            else:
+                item.future.set_exception(value)
+
+    async def _apply_live(self, batch: list[_Item]) -> tuple[list[_Item], list[Any], float] | None:
         """Apply the items whose callers still wait; a batch known not applied is retried once."""
         for attempt in (1, 2):
             live = [item for item in batch if not item.future.done()]
@@ -197,22 +315,14 @@ class WriterActor:
                     raise
                 self.retried_batches += 1  # nothing of it committed: once more, without withdrawn callers
                 continue
-            self._latencies.append((time.perf_counter() - started) * 1000.0)
-            return live, outcomes
+            return live, outcomes, started
         return None  # pragma: no cover (the loop returns or raises)
 
     async def _apply_and_resolve(self, batch: list[_Item]) -> None:
         try:
             applied = await self._apply_live(batch)
         except asyncio.CancelledError:
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(
-                        WriterStoppedError(
-                            "the SessionDB writer was cancelled while applying this write; it may or may "
-                            "not have committed (close the store before the event loop shuts down)"
-                        )
-                    )
+            self._abandon(batch)
             raise
         except Exception as exc:
             for item in batch:
@@ -223,19 +333,8 @@ class WriterActor:
             return
         if applied is None:
             return
-        live, outcomes = applied
-        self.batches += 1
-        self.commands += len(live)
-        self.max_batch_seen = max(self.max_batch_seen, len(live))
-        for item, (ok, value) in zip(live, outcomes):
-            if not ok:
-                self.failed += 1
-            if item.future.done():
-                continue
-            if ok:
-                item.future.set_result(value)
-            else:
-                item.future.set_exception(value)
+        live, outcomes, started = applied
+        self._resolve(live, outcomes, started)
         self._maybe_log()
 
     def _fail_pending(self, exc: Exception) -> None:

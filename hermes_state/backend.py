@@ -7,19 +7,25 @@ SQLite and PostgreSQL stores are the same facade built on different backends.
 Optional hooks the facade looks for (a backend without one has nothing to
 refuse): ``command_refusal(command)``, an error for a value this backend
 cannot store, and ``write_refusal()``, an error every write raises before it
-is queued (SQLite: the file is known to be damaged).
+is queued (SQLite: the file is known to be damaged), and
+``start_batch(commands, report)``, which does what ``apply_batch`` does but
+calls ``report(outcomes, None)`` or ``report(None, error)`` on the event
+loop when done, so the actor resolves futures without a task in between.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from .commands.base import Command
 
-__all__ = ["Backend", "Reader", "Outcome"]
+__all__ = ["Backend", "Reader", "Outcome", "Report"]
 
 # (True, result) or (False, exception) per command, in batch order.
 Outcome = tuple[bool, Any]
+# What ``start_batch`` calls on the event loop: (outcomes, None) after the
+# batch committed, (None, error) when the batch as a whole raised.
+Report = Callable[[list[Outcome] | None, BaseException | None], None]
 
 
 class Reader(Protocol):

@@ -42,6 +42,7 @@ __all__ = [
     "decode_display_metadata",
     "coerce_timestamp",
     "encode_message_args",
+    "encode_text_turn",
     "encode_message_dicts",
     "decode_message_row",
 ]
@@ -65,6 +66,8 @@ def hashed_prompt(prompt: str | None) -> str | None:
 
 def scrub_surrogates(text: str) -> str:
     """Replace lone UTF-16 surrogates (invalid in UTF-8) with U+FFFD."""
+    if text.isascii():  # a flag CPython keeps on every str: no encoding pass needed
+        return text
     try:
         text.encode("utf-8")
         return text
@@ -280,6 +283,17 @@ def encode_message_args(
         display_kind=scrub_surrogates(display_kind) if isinstance(display_kind, str) else None,
         display_metadata=encode_display_metadata(display_metadata),
         tool_call_count=count,
+    )
+
+
+def encode_text_turn(role: str, content: str, observed: Any = False) -> MessageRow:
+    """What :func:`encode_message_args` makes of a str ``role`` and str ``content`` with every other argument None.
+
+    The common agent turn, encoded without walking the optional columns.
+    """
+    return MessageRow(
+        scrub_surrogates(role), encode_content(content), None, None, None, None, time.time(), None, None, None,
+        None, None, None, None, None, 1 if observed else 0, None, None, None, 0,
     )
 
 

@@ -96,7 +96,8 @@ class StoreBase:
         self.read_only: bool = bool(read_only)
         self._accept_target(db_path)
         self._backend: Backend = self._make_backend()
-        self._actor = WriterActor(self._backend.apply_batch)
+        # A backend's optional ``start_batch`` saves the writer task's wake-ups per batch.
+        self._actor = WriterActor(self._backend.apply_batch, start=getattr(self._backend, "start_batch", None))
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -31,7 +31,7 @@ from .commands import (
     UpdateTokenCounts,
     UpsertSession,
 )
-from .encoding import encode_message_args, encode_message_dicts, hashed_prompt
+from .encoding import encode_message_args, encode_message_dicts, encode_text_turn, hashed_prompt
 from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_text, require_id, rows_size
 from .limits import NOT_JSON, check_json_value, int64_arg, json_text, parse_json_text
 from .methods.compression import CompressionMethods
@@ -223,15 +223,24 @@ class CoreMethods(StoreBase):
         :class:`~hermes_state.SessionCompressionInProgressError` when another
         writer's compression lease stays live for more than 5 seconds.
         """
-        row = encode_message_args(
-            role=role, content=content, tool_name=tool_name, tool_calls=tool_calls,
-            tool_call_id=tool_call_id, token_count=token_count, finish_reason=finish_reason,
-            reasoning=reasoning, reasoning_content=reasoning_content, reasoning_details=reasoning_details,
-            codex_reasoning_items=codex_reasoning_items, codex_message_items=codex_message_items,
-            platform_message_id=platform_message_id, observed=observed,
-            effect_disposition=effect_disposition, timestamp=timestamp, api_content=api_content,
-            display_kind=display_kind, display_metadata=display_metadata,
-        )
+        if (
+            role.__class__ is str and content.__class__ is str and tool_name is None and tool_calls is None
+            and tool_call_id is None and token_count is None and finish_reason is None and reasoning is None
+            and reasoning_content is None and reasoning_details is None and codex_reasoning_items is None
+            and codex_message_items is None and platform_message_id is None and effect_disposition is None
+            and timestamp is None and api_content is None and display_kind is None and display_metadata is None
+        ):
+            row = encode_text_turn(role, content, observed)  # the plain turn: same row, fewer steps
+        else:
+            row = encode_message_args(
+                role=role, content=content, tool_name=tool_name, tool_calls=tool_calls,
+                tool_call_id=tool_call_id, token_count=token_count, finish_reason=finish_reason,
+                reasoning=reasoning, reasoning_content=reasoning_content, reasoning_details=reasoning_details,
+                codex_reasoning_items=codex_reasoning_items, codex_message_items=codex_message_items,
+                platform_message_id=platform_message_id, observed=observed,
+                effect_disposition=effect_disposition, timestamp=timestamp, api_content=api_content,
+                display_kind=display_kind, display_metadata=display_metadata,
+            )
         command = AppendMessages(
             session_id=require_id(session_id),
             rows=(row,),

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hermes_state import SessionDB
 from hermes_state.encoding import decode_message_row
 from hermes_state.sqlite.driver import driver_module
-from hermes_state.sqlite.queries.core import fetch_dicts, fetch_messages
+from hermes_state.sqlite.queries.core import SLICE_ROWS, fetch_dicts, fetch_messages
 
 # PostgreSQL: SQLite's read-path internals.
 pytestmark = pytest.mark.backends("sqlite")
@@ -55,3 +57,54 @@ async def test_fetch_messages_matches_decode_message_row(store: SessionDB, db_pa
         assert await reopened.get_messages("s") == expected
     finally:
         await reopened.close()
+
+
+def _message(i: int) -> dict[str, Any]:
+    """Every kind of value that needs decoding, spread so that some fall in each slice and some do not."""
+    content: Any = f"plain {i}"
+    if i % 7 == 0:
+        content = {"parts": [i, "x"]}
+    elif i % 11 == 0:
+        content = bytes([i % 256, 0, 255])
+    elif i % 13 == 0:
+        content = "\x00json:not json at all"
+    elif i % 17 == 0:
+        content = None
+    message: dict[str, Any] = {"role": "assistant" if i % 2 else "user", "content": content}
+    if i % 5 == 0:
+        message["tool_calls"] = [{"id": f"c{i}", "type": "function"}]
+    if i % 9 == 0:
+        message["display_metadata"] = {"n": i}
+    return message
+
+
+def _plain_read(path: Path, session_id: str) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(path)
+    try:
+        cur = conn.execute("SELECT * FROM messages WHERE session_id = ? AND active = 1 ORDER BY id", (session_id,))
+        names = [d[0] for d in cur.description]
+        return [decode_message_row(dict(zip(names, row))) for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+async def test_get_messages_across_slices_matches_a_plain_read(store: SessionDB) -> None:
+    total = 2 * SLICE_ROWS + 37
+    messages = [_message(i) for i in range(total)]
+    await store.create_session("s", "cli")
+    assert await store.append_messages_batch("s", messages) == total
+    # A session whose rows need no decoding at all (every sidecar column NULL in every slice).
+    await store.create_session("t", "cli")
+    await store.append_messages_batch("t", [{"role": "user", "content": str(i)} for i in range(SLICE_ROWS + 1)])
+
+    got = await store.get_messages("s")
+    assert got == _plain_read(store.db_path, "s")
+    assert [list(row) for row in got] == [list(row) for row in _plain_read(store.db_path, "s")]  # key order too
+    assert [row["content"] for row in got] == [m["content"] for m in messages]
+    assert [row["tool_calls"] for row in got] == [m.get("tool_calls") for m in messages]
+    assert [row["display_metadata"] for row in got] == [m.get("display_metadata") for m in messages]
+    assert await store.get_messages("t") == _plain_read(store.db_path, "t")
+    # Paged and newest-first reads cut across slice borders the same way.
+    page = await store.get_messages("s", limit=SLICE_ROWS + 3, latest=True)
+    assert page == got[-(SLICE_ROWS + 3):]
+    assert await store.get_messages("s", offset=SLICE_ROWS - 1, limit=5) == got[SLICE_ROWS - 1 : SLICE_ROWS + 4]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from hermes_state import SessionDB, SessionNotFoundError
-from hermes_state.encoding import encode_message_dicts
+from hermes_state.encoding import encode_message_args, encode_message_dicts, encode_text_turn
 from hermes_state.sqlite.driver import driver_module
 from hermes_state.sqlite.handlers.message_rows import (
     MAX_ROWS_PER_STATEMENT,
@@ -284,3 +284,45 @@ async def test_old_variable_limit_keeps_statements_small_and_rows_exact(
     strip = lambda r: r[: ts + 1] + r[ts + 2 :]
     expected = _reference_rows(tmp_path / "reference.db", encode_message_dicts(messages))
     assert [strip(r) for r in _raw(db_path, "s")] == [strip(r) for r in expected]
+
+
+# The plain turn (str role and content, nothing else) skips the optional columns.
+_TURNS = [
+    ("user", "plain"),
+    ("assistant", ""),
+    ("user", "caf\u00e9 \u4e2d\u6587"),
+    ("user", "lone \ud800 surrogate"),
+    ("tool", '\x00json:{"a": 1}'),
+    ("us\udfffer", "x"),
+    ("system", "\x00json:"),
+]
+_NONE_ARGS = dict.fromkeys(
+    (
+        "tool_name", "tool_calls", "tool_call_id", "token_count", "finish_reason", "reasoning", "reasoning_content",
+        "reasoning_details", "codex_reasoning_items", "codex_message_items", "platform_message_id",
+        "effect_disposition", "api_content", "display_kind", "display_metadata",
+    )
+)
+
+
+def test_text_turn_encodes_like_the_general_path() -> None:
+    for role, content in _TURNS:
+        for observed in (False, True, 0, 1):
+            fast = encode_text_turn(role, content, observed)
+            full = encode_message_args(
+                role=role, content=content, observed=observed, timestamp=fast.timestamp, **_NONE_ARGS
+            )
+            assert fast == full, (role, content, observed)
+
+
+async def test_sequential_appends_get_their_own_ids_and_values_back(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    ids = [await store.append_message("s", role, content) for role, content in _TURNS]
+    ids.append(await store.append_message("s", "user", "with a column", token_count=7))
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    rows = await store.get_messages("s")
+    assert [r["id"] for r in rows] == ids
+    expected = [c.replace("\ud800", "\ufffd") for _, c in _TURNS] + ["with a column"]
+    assert [r["content"] for r in rows] == expected
+    assert rows[5]["role"] == "us\ufffder" and rows[-1]["token_count"] == 7
+    assert (await store.get_session("s") or {})["message_count"] == len(ids)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from ..backend import Outcome
+from ..backend import Outcome, Report
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError
@@ -22,6 +22,7 @@ from .damage import damaged_tables, is_malformed_error, names_an_index
 from .driver import (
     driver_name,
     open_connection,
+    post,
     run_on,
     sqlite_version_info,
     submit,
@@ -384,17 +385,48 @@ class SQLiteBackend:
         )
 
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
+        conn = self._writable()
+        try:
+            outcomes = await run_on(conn, apply_batch, commands)
+        except Exception as exc:
+            if is_malformed_error(exc):
+                raise self._mark_damaged(exc) from exc
+            raise
+        return self._placed(outcomes)
+
+    def start_batch(self, commands: Sequence[Command], report: Report) -> None:
+        """Apply the batch in one hop onto the writer thread; ``report`` runs on the loop when it is done.
+
+        The same work as :meth:`apply_batch` (the actor uses this one): the
+        thread applies and commits the batch and builds the outcomes, then
+        calls back onto the event loop once.
+        """
+        conn = self._writable()
+
+        def finished(outcomes: list[Outcome] | None, error: BaseException | None) -> None:
+            if error is not None or outcomes is None:
+                failure = error if error is not None else RuntimeError("the batch returned no outcomes")
+                report(None, self._batch_error(failure) if isinstance(failure, Exception) else failure)
+            else:
+                report(self._placed(outcomes), None)
+
+        try:
+            post(conn, apply_batch, (commands,), finished)
+        except ValueError:  # the connection closed under us
+            raise StoreClosedError() from None
+
+    def _writable(self) -> aiosqlite.Connection:
         if self._writer_conn is None:
             raise StoreClosedError()
         refusal = self.write_refusal()
         if refusal is not None:
             raise refusal
-        try:
-            outcomes = await run_on(self._writer_conn, apply_batch, commands)
-        except Exception as exc:
-            if is_malformed_error(exc):
-                raise self._mark_damaged(exc) from exc
-            raise
+        return self._writer_conn
+
+    def _batch_error(self, exc: Exception) -> Exception:
+        return self._mark_damaged(exc) if is_malformed_error(exc) else exc
+
+    def _placed(self, outcomes: list[Outcome]) -> list[Outcome]:
         # FTS damage was recovered from inside the batch; what still says
         # "malformed" lies in the transcript tables.
         return [

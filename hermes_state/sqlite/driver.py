@@ -29,6 +29,7 @@ __all__ = [
     "open_connection",
     "run_on",
     "submit",
+    "post",
     "to_stdlib_error",
 ]
 
@@ -129,6 +130,39 @@ def submit(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> asyn
     future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
     conn._tx.put_nowait((future, functools.partial(fn, conn._connection, *args)))
     return future
+
+
+def post(
+    conn: aiosqlite.Connection,
+    fn: Callable[..., T],
+    args: tuple[Any, ...],
+    done: Callable[[T | None, BaseException | None], None],
+) -> None:
+    """Queue ``fn(raw_connection, *args)`` on the connection's thread; ``done(result, error)`` runs on this loop.
+
+    The thread calls back straight onto the event loop, with no future and
+    no task in between (aiosqlite skips its own callback for an item without
+    a future). ``error`` is already a stdlib ``sqlite3`` exception. Raises
+    ``ValueError`` on a closed connection.
+    """
+    if not conn._running or conn._connection is None:
+        raise ValueError("Connection closed")
+    loop = asyncio.get_running_loop()
+    raw = conn._connection
+
+    def work() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = fn(raw, *args)
+        except BaseException as exc:  # noqa: BLE001 - every error is handed to ``done``
+            error = to_stdlib_error(exc)
+        try:
+            loop.call_soon_threadsafe(done, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits for this any more
+            pass
+
+    conn._tx.put_nowait((None, work))
 
 
 def to_stdlib_error(exc: BaseException) -> BaseException:

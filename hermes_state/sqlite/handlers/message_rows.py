@@ -103,6 +103,10 @@ def _insert_chunk(conn: Any, chunk: Sequence[tuple[Any, ...]], returning: bool) 
     else:
         pick = itemgetter(*keep)
         params = [v for r in chunk for v in pick(r)] if len(keep) > 1 else [r[keep[0]] for r in chunk]
+    if n == 1 and returning:
+        # One row: its id is lastrowid (the FTS triggers' inserts do not change
+        # it), cheaper than RETURNING, which buffers its result rows.
+        return [conn.execute(_insert_sql(bound, 1, False), params).lastrowid]
     cur = conn.execute(_insert_sql(bound, n, returning), params)
     if not returning:
         return []

@@ -7,6 +7,7 @@ committed snapshot.
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, Sequence
@@ -38,29 +39,47 @@ def fetch_dicts(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[st
     return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
+# Rows fetched and turned into dicts per step: a slice's tuples are freed
+# before the next is fetched, so they stay in cache and never pile up.
+SLICE_ROWS = 128  # measured: 128 beats 32, 64, 256, 512 and 1,024
+
+
 def fetch_messages(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
     """Run a ``SELECT *`` over ``messages`` and return decoded row dicts (as ``decode_message_row`` makes them).
 
-    The dicts are built in one C-level pass and the decoders run only on the
-    cells that need them, found column by column: for a long transcript of
-    plain text, building the dicts is all the Python work a read does.
+    Runs whole on the reader thread, so the event loop receives finished
+    dicts. Each dict is a copy of one all-keys template filled by
+    ``dict.update`` (no per-row resizing, about a third cheaper than
+    ``dict(zip(...))``), built slice by slice; the decoders run only on the
+    cells that need them, found column by column.
     """
     cur = conn.execute(sql, params)
     names = [d[0] for d in cur.description]
-    rows = cur.fetchall()
     if not {"content", "tool_calls", "display_metadata"} <= set(names):
-        return [decode_message_row(dict(zip(names, row))) for row in rows]
-    out = list(map(dict, map(zip, repeat(names), rows)))
-    for i, value in enumerate(map(itemgetter(names.index("content")), rows)):
-        if value.__class__ is str and value.startswith(JSON_CONTENT_PREFIX):
-            out[i]["content"] = decode_content(value)
-    for key, decode in (("tool_calls", decode_tool_calls), ("display_metadata", decode_display_metadata)):
-        cells = list(map(itemgetter(names.index(key)), rows))
-        if cells.count(None) != len(cells):
-            for i, value in enumerate(cells):
-                if value is not None:
-                    out[i][key] = decode(value)
-    return out
+        return [decode_message_row(dict(zip(names, row))) for row in cur.fetchall()]
+    content_at = itemgetter(names.index("content"))
+    sidecars = [
+        (key, itemgetter(names.index(key)), decode)
+        for key, decode in (("tool_calls", decode_tool_calls), ("display_metadata", decode_display_metadata))
+    ]
+    blank = dict.fromkeys(names)
+    out: list[dict[str, Any]] = []
+    while True:
+        rows = cur.fetchmany(SLICE_ROWS)
+        if not rows:
+            return out
+        part = list(map(dict.copy, repeat(blank, len(rows))))
+        deque(map(dict.update, part, map(zip, repeat(names), rows)), maxlen=0)
+        for i, value in enumerate(map(content_at, rows)):
+            if value.__class__ is str and value.startswith(JSON_CONTENT_PREFIX):
+                part[i]["content"] = decode_content(value)
+        for key, cell_at, decode in sidecars:
+            cells = list(map(cell_at, rows))
+            if cells.count(None) != len(cells):
+                for i, value in enumerate(cells):
+                    if value is not None:
+                        part[i][key] = decode(value)
+        out += part
 
 
 class snapshot:
