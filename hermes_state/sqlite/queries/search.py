@@ -9,7 +9,6 @@ facade with :class:`FtsRepairNeeded` so the repair can go through the writer.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import time
@@ -40,6 +39,7 @@ from ..search.sanitize import (
     sanitize_fts5_query,
     trigram_eligible,
 )
+from ..search.state import FtsState, read_state
 from ..search.snippet import (
     MAX_FTS5_SNIPPET_HITS,
     bounded_snippet,
@@ -65,16 +65,6 @@ __all__ = [
 log = logging.getLogger("hermes_state.search")
 
 _SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
-_META_KEYS = (
-    "fts_stale",
-    "fts_cjk_stale",
-    "fts_rebuild_high_water",
-    "fts_rebuild_progress",
-    "fts_cjk_rebuild_high_water",
-    "fts_cjk_rebuild_progress",
-)
-
-
 class FtsRepairNeeded(Exception):
     """A search met a corrupt FTS index; the facade rebuilds it in place and asks again."""
 
@@ -85,52 +75,6 @@ def _is_db_error(exc: BaseException) -> bool:
 
 def _is_operational(exc: BaseException) -> bool:
     return isinstance(exc, (sqlite3.OperationalError, driver_module().OperationalError))
-
-
-# ------------------------------------------------------------------ FTS state
-
-
-class _FtsState(NamedTuple):
-    base: bool  # messages_fts exists
-    trigram: bool
-    cjk: bool  # CJK index built, not stale, tokenizer loaded here
-    stale: bool
-    gap: tuple[int, int] | None  # (progress, high water) of a pending base backfill
-
-
-_STATE_SQL = (
-    "SELECT (SELECT group_concat(name, ',') FROM sqlite_master WHERE type = 'table' "
-    "AND name IN ('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')), "
-    "(SELECT json_group_object(key, value) FROM state_meta WHERE key IN ({marks}))"
-).format(marks=", ".join("?" * len(_META_KEYS)))
-
-
-def _read_state(conn: Any) -> _FtsState:
-    names, meta_json = conn.execute(_STATE_SQL, _META_KEYS).fetchone()
-    tables = set((names or "").split(","))
-    meta = json.loads(meta_json) if meta_json else {}
-    gap = None
-    if meta.get("fts_rebuild_high_water") is not None:
-        try:
-            high = int(meta["fts_rebuild_high_water"])
-            done = int(meta.get("fts_rebuild_progress") or 0)
-        except (TypeError, ValueError):
-            high = done = 0
-        if high > 0:
-            gap = (done, high)
-    cjk = (
-        "messages_fts_cjk" in tables
-        and "fts_cjk_stale" not in meta
-        and "fts_cjk_rebuild_high_water" not in meta
-        and cjk_tokenizer_loaded(conn)
-    )
-    return _FtsState(
-        base="messages_fts" in tables,
-        trigram="messages_fts_trigram" in tables,
-        cjk=cjk,
-        stale="fts_stale" in meta,
-        gap=gap,
-    )
 
 
 # --------------------------------------------------------------------- search
@@ -147,6 +91,7 @@ class _Search(NamedTuple):
     include_inactive: bool
     repairable: bool
     with_snippet: bool
+    default_rank: frozenset[str]  # index tables whose rank is plain bm25()
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -307,14 +252,6 @@ def _snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) 
     return found
 
 
-def _default_rank(conn: Any, table: str) -> bool:
-    # 'rank' is bm25() with default weights unless someone configured another.
-    try:
-        return conn.execute(f"SELECT 1 FROM {table}_config WHERE k = 'rank'").fetchone() is None
-    except DB_ERRORS:
-        return False
-
-
 def _inline_snippet(table: str) -> str:
     """snippet() for a row short enough that it cannot be slow, else NULL (the caller decides)."""
     size = (
@@ -405,7 +342,7 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
     by_rank = req.sort not in ("newest", "oldest")
     rows: Sequence[Sequence[Any]] | None = None
     snippets: dict[int, Any] = {}
-    if by_rank and not (req.sources is not None or req.excluded or req.roles) and _default_rank(conn, table):
+    if by_rank and not (req.sources is not None or req.excluded or req.roles) and table in req.default_rank:
         ranked = _ranked_candidates(conn, req, table, match)
         if ranked is not None:
             rows, snippets = ranked
@@ -549,7 +486,7 @@ def _base_index(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
         raise
 
 
-def _route(conn: Any, req: _Search, state: _FtsState) -> tuple[str, list[dict[str, Any]]]:
+def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str, Any]]]:
     """Pick and run the route for ``req``; returns (route name, hits)."""
     if state.stale:
         return "like_scan_fts_stale", _stale_like(conn, req)
@@ -586,7 +523,7 @@ def _route(conn: Any, req: _Search, state: _FtsState) -> tuple[str, list[dict[st
     return route, hits
 
 
-def _zero_hit_fallback(conn: Any, req: _Search, state: _FtsState) -> tuple[list[dict[str, Any]], str]:
+def _zero_hit_fallback(conn: Any, req: _Search, state: FtsState) -> tuple[list[dict[str, Any]], str]:
     # Substring indexes find what word tokenization cannot ("cker" in "docker").
     raw = req.query.strip('"').strip()
     if state.cjk:
@@ -666,9 +603,13 @@ def search_messages_rows(
     sanitized = sanitize_fts5_query(text)
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
-    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet)
     with snapshot(conn):
-        route, hits = _route(conn, req, _read_state(conn))
+        state = read_state(conn)
+        req = _Search(
+            sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
+            state.default_rank,
+        )
+        route, hits = _route(conn, req, state)
         windows: dict[int, list[dict[str, Any]]] = {}
         if with_context and hits:
             try:
