@@ -364,3 +364,27 @@ async def test_stale_marker_serves_boolean_like_search(store: SessionDB, db_path
     assert hit["snippet"] == "alpha gamma" and [c["content"] for c in hit["context"]] == ["alpha beta", "alpha gamma", "ALPHA tool output"]
     many = " ".join(f"w{i}" for i in range(600)) + " alpha"
     assert await store.search_messages(many) == []
+
+
+async def test_search_follows_index_changes_made_by_another_connection(store: SessionDB, db_path: Path) -> None:
+    # Each reader caches which index tables exist; a schema change must reach it.
+    await store.create_session("s", "cli")
+    words = await store.append_message("s", "user", "zebra zebra zebra zebra in the words")
+    named = await store.append_message("s", "tool", "plain output", tool_name="zebra_tool zebra")
+    await store.append_message("s", "user", "the dockerfile is missing")
+    ids = lambda hits: [h["id"] for h in hits]
+    for _ in range(3):  # every reader connection has searched (and cached) once
+        assert ids(await store.search_messages("zebra")) == [words, named]
+        assert len(await store.search_messages("ckerfi")) == 1  # substring: the trigram index
+    with raw(db_path) as conn:
+        # A configured rank weights tool names far above content.
+        conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('rank', 'bm25(0.01, 100.0, 1.0)')")
+    for _ in range(3):
+        assert ids(await store.search_messages("zebra")) == [named, words]
+    with raw(db_path) as conn:
+        for name in ("insert", "delete", "update"):
+            conn.execute(f"DROP TRIGGER messages_fts_trigram_{name}")
+        conn.execute("DROP TABLE messages_fts_trigram")
+    for _ in range(3):
+        assert await store.search_messages("ckerfi") == []
+        assert ids(await store.search_messages("dockerfile")) == [words + 2]

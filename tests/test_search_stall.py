@@ -120,6 +120,38 @@ async def test_search_deadline_raises_a_documented_error_and_the_store_stays_usa
         conn.close()
 
 
+async def test_search_deadline_covers_the_wait_for_a_search_slot(db_path: Path, hermes_home: Path) -> None:
+    (hermes_home / "config.yaml").write_text("sessions:\n  search_timeout_ms: 200\n")
+    db = SessionDB(db_path)
+    try:
+        await db.create_session("s", "cli")
+        await db.append_message("s", "user", "deploy error")
+        blocker = await _start(db, _endless, search=True)  # holds the only search slot
+        with pytest.raises(SearchTimeoutError):
+            await db.search_messages("deploy")
+        blocker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocker
+        assert [hit["content"] for hit in (await db.search_messages("deploy"))[0]["context"]] == ["deploy error"]
+    finally:
+        await db.close()
+
+
+async def test_a_cancelled_search_is_cancelled_not_timed_out(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    await store.append_message("s", "user", "deploy error")
+    blocker = await _start(store, _endless, search=True)
+    search = asyncio.ensure_future(store.search_messages("deploy"))
+    await asyncio.sleep(0.05)
+    search.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await search
+    blocker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await blocker
+    assert len(await store.search_messages("deploy")) == 1
+
+
 @pytest.mark.parametrize("value", ["-1", "soon"])
 async def test_search_timeout_config_is_validated(db_path: Path, hermes_home: Path, value: str) -> None:
     (hermes_home / "config.yaml").write_text(f"sessions:\n  search_timeout_ms: {value}\n")

@@ -31,6 +31,7 @@ from ..commands.search import (
 from ..errors import OperationalError, SearchTimeoutError
 from ..facade import StoreBase, count_arg, opt_text
 from ..limits import INT64_MAX
+from .deadline import Deadline
 
 __all__ = ["SEARCH_RESULT_FIELDS", "SearchMethods"]
 
@@ -171,16 +172,18 @@ class SearchMethods(StoreBase):
         slow_ms = _slow_ms(config)
         timeout_ms = _timeout_ms(config)
         args = (query, sources, excluded, roles, limit, offset, order, bool(include_inactive), with_context, with_snippet)
-        limit_s = timeout_ms / 1000.0 if 0 < timeout_ms < float("inf") else None
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            # wait_for, not asyncio.timeout: the package supports Python 3.10.
-            hits = await asyncio.wait_for(self._search_with_repair(args, slow_ms), limit_s)
-        except asyncio.TimeoutError:
-            if limit_s is None or loop.time() - started < limit_s:
-                raise  # a timeout from inside the search, not the deadline
-            raise SearchTimeoutError(timeout_ms) from None
+        if not 0 < timeout_ms < float("inf"):
+            hits = await self._search_with_repair(args, slow_ms)
+        else:
+            deadline = Deadline(timeout_ms / 1000.0)
+            try:
+                hits = await self._search_with_repair(args, slow_ms)
+            except asyncio.CancelledError:
+                if deadline.expired():
+                    raise SearchTimeoutError(timeout_ms) from None
+                raise
+            finally:
+                deadline.cancel()
         if projection is not None:
             hits = [{f: hit[f] for f in projection if f in hit} for hit in hits]
         return hits

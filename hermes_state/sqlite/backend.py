@@ -123,17 +123,31 @@ def _checkpoint(conn: Any) -> None:
 
 # A cancelled read is aborted by SQLite's progress handler within this many
 # virtual-machine steps, even between two statements of one query function
-# (where ``interrupt()`` alone would be a no-op).
-PROGRESS_STEPS = 1000
+# (where ``interrupt()`` alone would be a no-op). Each call of the handler
+# takes the GIL, which another thread may hold for up to the switch
+# interval: every 1,000 steps that was 30-60 waits in one ordinary search.
+PROGRESS_STEPS = 50_000
 
 
 class _Read:
-    """One read in flight; cancelling it aborts its statements on the connection."""
+    """One read in flight; cancelling it aborts its statements on the connection.
 
-    __slots__ = ("cancelled",)
+    Its lane is released exactly once, when the connection thread is done
+    with it: by the caller after its ``await`` returns, or, for a caller
+    that was cancelled first, by whichever of the caller and the thread
+    sees the other finish last (``finished`` and ``cancelled`` change under
+    the lane's lock).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("cancelled", "finished", "loop", "released", "search", "slots")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, search: bool, slots: asyncio.Semaphore | None) -> None:
         self.cancelled = False
+        self.finished = False
+        self.released = False
+        self.loop = loop
+        self.search = search
+        self.slots = slots
 
     def progress(self) -> int:
         # SQLite's progress handler: a non-zero return aborts the statement.
@@ -160,12 +174,17 @@ class _Lane:
         except Exception:  # already closed: nothing runs there any more
             log.debug("interrupt of a closed reader", exc_info=True)
 
-    def cancel(self, read: _Read) -> None:
-        """Abort ``read``: at once if it is running, before its first statement if it is still queued."""
-        read.cancelled = True
+    def cancel(self, read: _Read) -> bool:
+        """Abort ``read``: at once if it is running, before its first statement if it is still queued.
+
+        Returns True when the connection thread is already done with it
+        (the caller releases it), False when the thread will release it.
+        """
         with self.lock:
+            read.cancelled = True
             if self.running is read:
                 self._interrupt_connection()
+            return read.finished
 
     def cancel_all(self) -> None:
         """Abort every read queued or running on this connection."""
@@ -173,6 +192,17 @@ class _Lane:
             for read in self.reads:
                 read.cancelled = True
             self._interrupt_connection()
+
+    def release(self, read: _Read) -> None:
+        """Give back what ``read`` took (on the event loop); later calls do nothing."""
+        if read.released:
+            return
+        read.released = True
+        self.busy -= 1
+        self.searches -= read.search
+        self.reads.discard(read)
+        if read.slots is not None:
+            read.slots.release()
 
 
 # Nice increment of the threads of the search connections: a search that
@@ -194,22 +224,32 @@ def _yield_cpu(raw: Any) -> None:
 
 def _guarded(raw: Any, lane: _Lane, read: _Read, fn: Callable[..., T], *args: Any) -> T:
     """Run ``fn`` on the connection thread so that cancelling ``read`` stops it, then reset the connection."""
-    with lane.lock:
-        if read.cancelled:
-            raise sqlite3.OperationalError("interrupted")
-        lane.running = read
-    raw.set_progress_handler(read.progress, PROGRESS_STEPS)
     try:
-        return fn(raw, *args)
+        with lane.lock:
+            if read.cancelled:
+                raise sqlite3.OperationalError("interrupted")
+            lane.running = read
+        raw.set_progress_handler(read.progress, PROGRESS_STEPS)
+        try:
+            return fn(raw, *args)
+        finally:
+            with lane.lock:
+                lane.running = None
+            raw.set_progress_handler(None, 0)
+            if raw.in_transaction:  # an aborted read can leave its snapshot open
+                try:
+                    raw.execute("ROLLBACK")
+                except Exception:
+                    log.debug("rollback after an aborted read failed", exc_info=True)
     finally:
         with lane.lock:
-            lane.running = None
-        raw.set_progress_handler(None, 0)
-        if raw.in_transaction:  # an aborted read can leave its snapshot open
+            read.finished = True
+            orphaned = read.cancelled
+        if orphaned:  # its caller may be gone: free the lane from here
             try:
-                raw.execute("ROLLBACK")
-            except Exception:
-                log.debug("rollback after an aborted read failed", exc_info=True)
+                read.loop.call_soon_threadsafe(lane.release, read)
+            except RuntimeError:  # the loop is closed; so is the pool
+                pass
 
 
 class SQLiteReader:
@@ -245,30 +285,25 @@ class SQLiteReader:
             lane = min((item for item in lanes if item.background or len(lanes) == 1), key=lambda item: (item.searches, item.busy))
         else:
             lane = min(lanes, key=lambda item: (item.searches, item.busy, item.background))
-        read = _Read()
+        read = _Read(asyncio.get_running_loop(), search, slots)
         lane.busy += 1
         lane.searches += search
         lane.reads.add(read)
         try:
             work = submit(lane.conn, _guarded, lane, read, fn, *args)
         except ValueError:  # the connection closed under us
-            self._release(lane, read, search, slots)
+            lane.release(read)
             raise StoreClosedError() from None
-
-        def finished(done: asyncio.Future[T]) -> None:
-            # The connection is free only when the thread returns, which may
-            # be after a cancelled caller has gone.
-            self._release(lane, read, search, slots)
-            if not done.cancelled():
-                done.exception()  # retrieved here so an abandoned failure is not logged
-
-        work.add_done_callback(finished)
+        # The thread's own future, awaited directly: a shield and a done
+        # callback would each cost the event loop another pass per read.
         try:
-            return await asyncio.shield(work)
+            result = await work
         except asyncio.CancelledError:
-            lane.cancel(read)
+            if lane.cancel(read):
+                lane.release(read)
             raise
         except Exception as exc:
+            lane.release(read)
             if read.cancelled and not backend._lanes:
                 raise StoreClosedError() from None
             converted = to_stdlib_error(exc)
@@ -277,14 +312,8 @@ class SQLiteReader:
             if converted is exc:
                 raise
             raise converted from None
-
-    @staticmethod
-    def _release(lane: _Lane, read: _Read, search: bool, slots: asyncio.Semaphore | None) -> None:
-        lane.busy -= 1
-        lane.searches -= search
-        lane.reads.discard(read)
-        if slots is not None:
-            slots.release()
+        lane.release(read)
+        return result
 
     async def query(self, name: str, *args: Any) -> Any:
         """Run the registered query ``name`` with ``args``; returns what it returns."""

@@ -9,14 +9,13 @@ facade with :class:`FtsRepairNeeded` so the repair can go through the writer.
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ...previews import context_text
 from ...limits import INT64_MAX
 from ..driver import driver_module
 from ..search.fts_schema import (
@@ -40,6 +39,9 @@ from ..search.sanitize import (
     sanitize_fts5_query,
     trigram_eligible,
 )
+from ..search.context import WINDOW_COLUMN_COUNT, clipped, column, contexts, unclip, window, window_columns
+from ..search.state import BASE as BASE_TABLE
+from ..search.state import FtsState, Probe, read_state
 from ..search.snippet import (
     MAX_FTS5_SNIPPET_HITS,
     bounded_snippet,
@@ -65,16 +67,6 @@ __all__ = [
 log = logging.getLogger("hermes_state.search")
 
 _SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
-_META_KEYS = (
-    "fts_stale",
-    "fts_cjk_stale",
-    "fts_rebuild_high_water",
-    "fts_rebuild_progress",
-    "fts_cjk_rebuild_high_water",
-    "fts_cjk_rebuild_progress",
-)
-
-
 class FtsRepairNeeded(Exception):
     """A search met a corrupt FTS index; the facade rebuilds it in place and asks again."""
 
@@ -85,52 +77,6 @@ def _is_db_error(exc: BaseException) -> bool:
 
 def _is_operational(exc: BaseException) -> bool:
     return isinstance(exc, (sqlite3.OperationalError, driver_module().OperationalError))
-
-
-# ------------------------------------------------------------------ FTS state
-
-
-class _FtsState(NamedTuple):
-    base: bool  # messages_fts exists
-    trigram: bool
-    cjk: bool  # CJK index built, not stale, tokenizer loaded here
-    stale: bool
-    gap: tuple[int, int] | None  # (progress, high water) of a pending base backfill
-
-
-_STATE_SQL = (
-    "SELECT (SELECT group_concat(name, ',') FROM sqlite_master WHERE type = 'table' "
-    "AND name IN ('messages_fts', 'messages_fts_trigram', 'messages_fts_cjk')), "
-    "(SELECT json_group_object(key, value) FROM state_meta WHERE key IN ({marks}))"
-).format(marks=", ".join("?" * len(_META_KEYS)))
-
-
-def _read_state(conn: Any) -> _FtsState:
-    names, meta_json = conn.execute(_STATE_SQL, _META_KEYS).fetchone()
-    tables = set((names or "").split(","))
-    meta = json.loads(meta_json) if meta_json else {}
-    gap = None
-    if meta.get("fts_rebuild_high_water") is not None:
-        try:
-            high = int(meta["fts_rebuild_high_water"])
-            done = int(meta.get("fts_rebuild_progress") or 0)
-        except (TypeError, ValueError):
-            high = done = 0
-        if high > 0:
-            gap = (done, high)
-    cjk = (
-        "messages_fts_cjk" in tables
-        and "fts_cjk_stale" not in meta
-        and "fts_cjk_rebuild_high_water" not in meta
-        and cjk_tokenizer_loaded(conn)
-    )
-    return _FtsState(
-        base="messages_fts" in tables,
-        trigram="messages_fts_trigram" in tables,
-        cjk=cjk,
-        stale="fts_stale" in meta,
-        gap=gap,
-    )
 
 
 # --------------------------------------------------------------------- search
@@ -147,6 +93,10 @@ class _Search(NamedTuple):
     include_inactive: bool
     repairable: bool
     with_snippet: bool
+    with_context: bool
+    default_rank: frozenset[str]  # index tables whose rank is plain bm25()
+    # Ranked candidates already fetched with the FTS state, by (table, match, count, inline).
+    prefetched: dict[tuple[str, str, int, bool], list[Any]]
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -170,34 +120,11 @@ class _Search(NamedTuple):
         return where, params
 
 
-# Index routes hand Python at most this many bytes of a hit's content: its
-# context needs 200 characters and a snippet the first hits
-# (``_bounded_snippets`` reads the rest only when it must). Cut as bytes, so
-# NULs inside the text survive; ``_unclip`` turns the cut back into text.
-_CLIP_BYTES = 65536
-
-
-def _clipped(column: str) -> str:
-    """``column`` cut to its first bytes when long, then its type: two result columns."""
-    blob = f"CAST({column} AS BLOB)"
-    cut = f"CASE WHEN length({blob}) > {_CLIP_BYTES} THEN substr({blob}, 1, {_CLIP_BYTES}) ELSE {column} END"
-    return f"{cut}, typeof({column})"
-
-
-def _unclip(conn: Any, message_id: Any, value: Any, kind: str) -> tuple[Any, bool]:
-    """(content, was cut) from a :func:`_clipped` pair; cut encoded values are read whole again."""
-    if kind != "text" or not isinstance(value, bytes):
-        return value, False
-    if value.startswith(b"\x00"):  # an encoded value (structured content): only whole it decodes
-        return _column(conn, "content", message_id), False
-    return value.decode("utf-8", "replace"), True
-
-
 def _unclip_rows(conn: Any, rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
     """Rows of ``_INDEX_HIT_COLUMNS`` in the ``_HIT_COLUMNS`` layout, plus whether the content was cut."""
     out = []
     for row in rows:
-        content, cut = _unclip(conn, row[0], row[3], row[4])
+        content, cut = unclip(conn, row[0], row[3], row[4])
         out.append([*row[:3], content, *row[5:], cut])
     return out
 
@@ -207,7 +134,7 @@ _HIT_COLUMNS = (
     "s.source, s.model, s.started_at AS session_started, length(m.tool_calls)"
 )
 # The same, content cut (LIKE routes read it whole: their snippet may lie anywhere).
-_INDEX_HIT_COLUMNS = _HIT_COLUMNS.replace("m.content", _clipped("m.content"), 1)
+_INDEX_HIT_COLUMNS = _HIT_COLUMNS.replace("m.content", clipped("m.content"), 1)
 
 
 
@@ -239,8 +166,6 @@ def _text(value: Any) -> Any:
 # filter applies; one retry with eight times as many, then a joined scan.
 _CANDIDATES = 64
 _CANDIDATE_GROWTH = 8
-# Hits whose context windows one statement looks up.
-_CONTEXT_CHUNK = 100
 # Ids bound into one statement (SQLite 3.40 allows 32,766 variables).
 _IDS_PER_STATEMENT = 500
 
@@ -267,22 +192,17 @@ def _bounded_snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence
     found: dict[int, Any] = {}
     for row in long_rows:
         content = row[3]
-        tool_calls = row[9] and _column(conn, "tool_calls", row[0])
+        tool_calls = row[9] and column(conn, "tool_calls", row[0])
         texts = [_lenient(content), _lenient(row[5]), _lenient(tool_calls)]
         many = hits_exceed(pattern, texts)
         if not many and row[10]:  # few hits in the part read: count them all
-            texts[0] = _lenient(_column(conn, "content", row[0]))
+            texts[0] = _lenient(column(conn, "content", row[0]))
             many = hits_exceed(pattern, texts)
         if many:
             found[row[0]] = next(
                 (text for text in (bounded_snippet(t, pattern, substring) for t in texts) if text is not None), None
             )
     return found
-
-
-def _column(conn: Any, name: str, message_id: int) -> Any:
-    row = conn.execute(f"SELECT {name} FROM messages WHERE id = ?", (message_id,)).fetchone()
-    return None if row is None else row[0]
 
 
 def _snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) -> dict[int, Any]:
@@ -307,14 +227,6 @@ def _snippets(conn: Any, table: str, match: str, rows: Sequence[Sequence[Any]]) 
     return found
 
 
-def _default_rank(conn: Any, table: str) -> bool:
-    # 'rank' is bm25() with default weights unless someone configured another.
-    try:
-        return conn.execute(f"SELECT 1 FROM {table}_config WHERE k = 'rank'").fetchone() is None
-    except DB_ERRORS:
-        return False
-
-
 def _inline_snippet(table: str) -> str:
     """snippet() for a row short enough that it cannot be slow, else NULL (the caller decides)."""
     size = (
@@ -332,10 +244,26 @@ def _snippets_inline(req: _Search, table: str, match: str) -> bool:
     would cost as much again. No for one term or phrase, where scoring
     dominates: ``bm25()`` with a LIMIT, then one unscored pass, is cheaper.
     """
-    return req.with_snippet and (table != "messages_fts" or len(query_phrases(match)) > 1)
+    return req.with_snippet and (table != "messages_fts" or _phrase_count(match) > 1)
 
 
-def _ranked_ids(conn: Any, req: _Search, table: str, match: str, count: int) -> tuple[list[int], dict[int, Any]]:
+@functools.lru_cache(maxsize=256)
+def _phrase_count(match: str) -> int:
+    return len(query_phrases(match))
+
+
+@functools.lru_cache(maxsize=None)
+def _ranked_sql(table: str, inline: bool) -> str:
+    """The ranked statement of :func:`_ranked_ids`, built once per table and kind."""
+    if not inline:
+        # Two columns either way: the first of them can run with the FTS state (search/state.py).
+        return f"SELECT rowid, NULL FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?"
+    return f"SELECT rowid, {_inline_snippet(table)} FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
+
+
+def _ranked_ids(
+    conn: Any, req: _Search, table: str, match: str, count: int, inline: bool
+) -> tuple[list[int], dict[int, Any]]:
     """The ``count`` best-ranked ids, with snippets when the statement can build them cheaply.
 
     On ``messages_fts``, ``ORDER BY bm25(t), rowid`` with a LIMIT lets SQLite
@@ -346,51 +274,99 @@ def _ranked_ids(conn: Any, req: _Search, table: str, match: str, count: int) -> 
     rank``, which builds each snippet for the rows it returns only, in the
     same pass.
     """
-    if not _snippets_inline(req, table, match):
-        rows = conn.execute(
-            f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?", (match, count)
-        ).fetchall()
+    rows = req.prefetched.pop((table, match, count, inline), None)
+    if rows is None:
+        rows = conn.execute(_ranked_sql(table, inline), (match, count)).fetchall()
+    if not inline:
         return [r[0] for r in rows], {}
-    rows = conn.execute(
-        f"SELECT rowid, {_inline_snippet(table)} FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?",
-        (match, count),
-    ).fetchall()
     return [r[0] for r in rows], {r[0]: r[1] for r in rows if r[1] is not None}
 
 
-def _visible_rows(conn: Any, ids: Sequence[int], where: list[str], params: list[Any]) -> dict[int, Sequence[Any]]:
-    """Hit rows of ``ids`` that pass the request's filters, by id."""
+_WINDOW_SELECT, _WINDOW_JOINS = window_columns("m.session_id", "m.timestamp", "m.id")
+
+
+def _visible_rows(
+    conn: Any, ids: Sequence[int], where: list[str], params: list[Any], windows: dict[int, Any] | None = None
+) -> dict[int, Sequence[Any]]:
+    """Hit rows of ``ids`` that pass the request's filters, by id.
+
+    With ``windows``, the same statement looks up each row's neighbours and
+    their context windows go there (one statement instead of two).
+    """
+    if windows is not None:
+        try:
+            return _visible_rows_in(conn, ids, where, params, windows)
+        except DB_ERRORS as exc:  # the context is a courtesy: the rows alone, windows later or never
+            if _is_operational(exc) and "interrupt" in str(exc):
+                raise
+            log.debug("search context failed: %s", exc)
+            windows.clear()
+    return _visible_rows_in(conn, ids, where, params, None)
+
+
+def _visible_rows_in(
+    conn: Any, ids: Sequence[int], where: list[str], params: list[Any], windows: dict[int, Any] | None
+) -> dict[int, Sequence[Any]]:
     found: dict[int, Sequence[Any]] = {}
+    extra = f", {_WINDOW_SELECT}" if windows is not None else ""
+    joins = f" {_WINDOW_JOINS}" if windows is not None else ""
     for start in range(0, len(ids), _IDS_PER_STATEMENT):
         chunk = ids[start : start + _IDS_PER_STATEMENT]
         clauses = " AND ".join([f"m.id IN ({', '.join('?' * len(chunk))})", *where])
         rows = conn.execute(
-            f"SELECT {_INDEX_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {clauses}",
+            f"SELECT {_INDEX_HIT_COLUMNS}{extra} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
+            f"{joins} WHERE {clauses}",
             [*chunk, *params],
         ).fetchall()
-        rows = _unclip_rows(conn, rows)
+        if windows is not None:
+            neighbours = [row[-WINDOW_COLUMN_COUNT:] for row in rows]
+            rows = _unclip_rows(conn, [row[:-WINDOW_COLUMN_COUNT] for row in rows])
+            for row, around in zip(rows, neighbours):
+                windows[row[0]] = window(conn, row[2], row[3], around)
+        else:
+            rows = _unclip_rows(conn, rows)
         found.update((row[0], row) for row in rows)
     return found
 
 
+def _first_candidates(req: _Search, table: str, match: str) -> tuple[int, int, bool]:
+    """(rows the page needs, candidates asked first, snippets inline) of a ranked search."""
+    need = min(req.limit + req.offset, INT64_MAX // 2)  # both may be up to 2**63 - 1
+    inline = _snippets_inline(req, table, match)
+    # Inline snippets are built for every candidate: fetch just the page first.
+    return need, (need if inline else max(_CANDIDATES, 2 * need)), inline
+
+
+def _ranked_path(req: _Search) -> bool:
+    """Whether an index search of ``req`` starts with the ranked candidates (see :func:`_index_hits`)."""
+    return req.sort not in ("newest", "oldest") and not (req.sources is not None or req.excluded or req.roles)
+
+
+def _probe(req: _Search) -> tuple[Probe, tuple[str, str, int, bool]] | None:
+    """The first statement of ``req``'s base-index route, to run with the FTS state (and its key)."""
+    if not _ranked_path(req) or contains_cjk(req.query):
+        return None
+    _, count, inline = _first_candidates(req, BASE_TABLE, req.query)
+    return (_ranked_sql(BASE_TABLE, inline), (req.query, count)), (BASE_TABLE, req.query, count, inline)
+
+
 def _ranked_candidates(
-    conn: Any, req: _Search, table: str, match: str
+    conn: Any, req: _Search, table: str, match: str, windows: dict[int, Any]
 ) -> tuple[list[Sequence[Any]], dict[int, Any]] | None:
     """The requested page by relevance (and any snippets built on the way), joining only the winners.
 
     Only the visibility filter may drop rows here; if too many of the best
-    rows are hidden, None asks for the joined scan.
+    rows are hidden, None asks for the joined scan. The page's context
+    windows, when wanted, come with its rows into ``windows``.
     """
-    need = min(req.limit + req.offset, INT64_MAX // 2)  # both may be up to 2**63 - 1
     where, params = req.filters()
-    # Inline snippets are built for every candidate: fetch just the page first.
-    count = need if _snippets_inline(req, table, match) else max(_CANDIDATES, 2 * need)
+    need, count, inline = _first_candidates(req, table, match)
     for _ in range(2):
-        ids, snippets = _ranked_ids(conn, req, table, match, count)
+        ids, snippets = _ranked_ids(conn, req, table, match, count, inline)
         if not ids:
             return [], {}
         # Join the page's ids first; the spare candidates only when some were hidden.
-        by_id = _visible_rows(conn, ids[:need], where, params)
+        by_id = _visible_rows(conn, ids[:need], where, params, windows if req.with_context else None)
         if len(by_id) < min(need, len(ids)):
             by_id.update(_visible_rows(conn, ids[need:], where, params))
         ordered = [by_id[i] for i in ids if i in by_id]
@@ -405,8 +381,9 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
     by_rank = req.sort not in ("newest", "oldest")
     rows: Sequence[Sequence[Any]] | None = None
     snippets: dict[int, Any] = {}
-    if by_rank and not (req.sources is not None or req.excluded or req.roles) and _default_rank(conn, table):
-        ranked = _ranked_candidates(conn, req, table, match)
+    windows: dict[int, Any] = {}
+    if _ranked_path(req) and table in req.default_rank:
+        ranked = _ranked_candidates(conn, req, table, match, windows)
         if ranked is not None:
             rows, snippets = ranked
     if rows is None:
@@ -426,7 +403,11 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
         rows = _unclip_rows(conn, conn.execute(sql, [*params, req.limit, req.offset]).fetchall())
     if req.with_snippet:
         snippets.update(_snippets(conn, table, match, [row for row in rows if row[0] not in snippets]))
-    return [_hit(row, snippets.get(row[0])) for row in rows]
+    hits = [_hit(row, snippets.get(row[0])) for row in rows]
+    for hit in hits:
+        if hit["id"] in windows:
+            hit["context"] = windows[hit["id"]]
+    return hits
 
 
 def _like_snippet(content: Any, term: str) -> Any:
@@ -549,7 +530,7 @@ def _base_index(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
         raise
 
 
-def _route(conn: Any, req: _Search, state: _FtsState) -> tuple[str, list[dict[str, Any]]]:
+def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str, Any]]]:
     """Pick and run the route for ``req``; returns (route name, hits)."""
     if state.stale:
         return "like_scan_fts_stale", _stale_like(conn, req)
@@ -586,7 +567,7 @@ def _route(conn: Any, req: _Search, state: _FtsState) -> tuple[str, list[dict[st
     return route, hits
 
 
-def _zero_hit_fallback(conn: Any, req: _Search, state: _FtsState) -> tuple[list[dict[str, Any]], str]:
+def _zero_hit_fallback(conn: Any, req: _Search, state: FtsState) -> tuple[list[dict[str, Any]], str]:
     # Substring indexes find what word tokenization cannot ("cker" in "docker").
     raw = req.query.strip('"').strip()
     if state.cjk:
@@ -598,47 +579,6 @@ def _zero_hit_fallback(conn: Any, req: _Search, state: _FtsState) -> tuple[list[
         if hits:
             return hits, "trigram"
     return [], "fts5"
-
-
-# -------------------------------------------------------------------- context
-
-# For each hit (id, session, timestamp): the neighbouring rows of the same
-# session by (timestamp, id), whatever their active state. Both lookups walk
-# idx_messages_session (session_id, timestamp, rowid) backwards or forwards.
-_CONTEXT_SQL = """
-WITH hit(id, sid, ts) AS (VALUES {values})
-SELECT hit.id, before.id, before.role, {before}, after.id, after.role, {after}
-FROM hit
-LEFT JOIN messages AS before ON before.id = (
-    SELECT x.id FROM messages AS x WHERE x.session_id = hit.sid AND (x.timestamp, x.id) < (hit.ts, hit.id)
-    ORDER BY x.timestamp DESC, x.id DESC LIMIT 1)
-LEFT JOIN messages AS after ON after.id = (
-    SELECT x.id FROM messages AS x WHERE x.session_id = hit.sid AND (x.timestamp, x.id) > (hit.ts, hit.id)
-    ORDER BY x.timestamp ASC, x.id ASC LIMIT 1)
-"""
-
-
-def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    """For each hit id: the message before it, the hit, the message after (any active state)."""
-    windows: dict[int, list[dict[str, Any]]] = {}
-    for start in range(0, len(hits), _CONTEXT_CHUNK):
-        chunk = hits[start : start + _CONTEXT_CHUNK]
-        params = [v for hit in chunk for v in (hit["id"], hit["session_id"], hit["timestamp"])]
-        sql = _CONTEXT_SQL.format(
-            values=", ".join(["(?, ?, ?)"] * len(chunk)), before=_clipped("before.content"), after=_clipped("after.content")
-        )
-        rows = {row[0]: row for row in conn.execute(sql, params).fetchall()}
-        for hit in chunk:
-            row = rows.get(hit["id"])
-            window = []
-            # row: hit id, then (id, role, content, its type) before and after
-            if row is not None and row[1] is not None:
-                window.append({"role": row[2], "content": context_text(_unclip(conn, row[1], row[3], row[4])[0])})
-            window.append({"role": hit["role"], "content": context_text(hit["content"])})
-            if row is not None and row[5] is not None:
-                window.append({"role": row[6], "content": context_text(_unclip(conn, row[5], row[7], row[8])[0])})
-            windows[hit["id"]] = window
-    return windows
 
 
 @search_query
@@ -666,18 +606,28 @@ def search_messages_rows(
     sanitized = sanitize_fts5_query(text)
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
-    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet)
     with snapshot(conn):
-        route, hits = _route(conn, req, _read_state(conn))
+        req = _Search(
+            sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
+            with_context, frozenset(), {},
+        )
+        probe = _probe(req)
+        state, first = read_state(conn, probe[0] if probe else None)
+        if probe is not None and first is not None and not state.stale:
+            req.prefetched[probe[1]] = first
+        req = req._replace(default_rank=state.default_rank)
+        route, hits = _route(conn, req, state)
         windows: dict[int, list[dict[str, Any]]] = {}
-        if with_context and hits:
+        # Index routes bring most windows with their rows; the rest are looked up here.
+        missing = [hit for hit in hits if "context" not in hit] if with_context else []
+        if missing:
             try:
-                windows = _contexts(conn, hits)
+                windows = contexts(conn, missing)
             except DB_ERRORS as exc:  # the context is a courtesy; never fail the search for it
                 log.debug("search context failed: %s", exc)
         for hit in hits:
             del hit["content"]
-            if with_context:
+            if with_context and "context" not in hit:
                 hit["context"] = windows.get(hit["id"], [])
     elapsed = (time.perf_counter() - started) * 1000.0
     if elapsed >= slow_ms:

@@ -37,7 +37,8 @@ OPERATORS = frozenset({"AND", "OR", "NOT"})
 
 # Characters FTS5 would read as syntax: column filter, grouping, boost,
 # initial-token marker, phrase quote (only unmatched ones reach this table).
-_SYNTAX_TO_SPACE = str.maketrans({c: " " for c in '+{}():"^'})
+_SYNTAX_CHARS = '+{}():"^'
+_SYNTAX_TO_SPACE = str.maketrans({c: " " for c in _SYNTAX_CHARS})
 _STAR_RUN = re.compile(r"\*+")
 _LEADING_STAR = re.compile(r"(^|\s)\*")
 _LEADING_OPERATOR = re.compile(r"^(?:AND|OR|NOT)\b\s*", re.IGNORECASE)
@@ -92,10 +93,12 @@ def sanitize_fts5_query(query: str) -> str:
     such as ``chat-send`` or ``P2.2`` are quoted into phrases.
     """
     text = scrub_query(query[:MAX_FTS5_QUERY_CHARS])
-    mark = _free_placeholder(text)
     phrases: list[str] = []
     pieces: list[str] = []
-    i = 0
+    i = 0 if '"' in text else len(text)  # no quote: nothing to protect, skip the scan
+    mark = _free_placeholder(text) if i == 0 else ""
+    if i:
+        pieces.append(text)
     while i < len(text):
         ch = text[i]
         if ch != '"':
@@ -110,12 +113,17 @@ def sanitize_fts5_query(query: str) -> str:
         phrases.append(text[i : end + 1])
         pieces.append(mark)
         i = end + 1
-    work = "".join(pieces).translate(_SYNTAX_TO_SPACE)
-    work = _STAR_RUN.sub("*", work)
-    work = _LEADING_STAR.sub(r"\1", work)
+    # Each rewrite runs only when its characters occur: most queries are
+    # plain words, and these passes were most of a zero-hit search's Python.
+    work = "".join(pieces)
+    if any(c in work for c in _SYNTAX_CHARS):
+        work = work.translate(_SYNTAX_TO_SPACE)
+    if "*" in work:
+        work = _LEADING_STAR.sub(r"\1", _STAR_RUN.sub("*", work))
     work = _LEADING_OPERATOR.sub("", work.strip())
     work = _TRAILING_OPERATOR.sub("", work.strip())
-    work = _quote_compound_terms(work)
+    if "." in work or "-" in work or "_" in work:
+        work = _quote_compound_terms(work)
     if phrases:
         restored = iter(phrases)
         work = "".join(next(restored) if ch == mark else ch for ch in work)
@@ -155,9 +163,15 @@ def _is_cjk_letter(cp: int) -> bool:
     return is_cjk_codepoint(cp)
 
 
+# The ranges of is_cjk_codepoint as one character class: every search asks.
+_CJK_CHAR = re.compile(
+    "[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\u3000-\u303f\u3040-\u309f\u30a0-\u30ff\uac00-\ud7af]"
+)
+
+
 def contains_cjk(text: str) -> bool:
     """True when any character of ``text`` is CJK."""
-    return any(is_cjk_codepoint(ord(ch)) for ch in text)
+    return not text.isascii() and _CJK_CHAR.search(text) is not None
 
 
 def count_cjk(text: str) -> int:
