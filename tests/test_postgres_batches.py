@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import subprocess
+import sys
+import time
+
 import pytest
 
-from hermes_state import CompressionSessionClosedError
+from hermes_state import CompressionSessionClosedError, SessionCompressionInProgressError
 from hermes_state.commands import AppendMessages, ReplaceMessages, SetMeta
 from hermes_state.encoding import encode_message_dicts
 from hermes_state.postgres import SessionDB
+from hermes_state.postgres.lease_host import LOCAL_HOST
+
+from .postgres_support import schema_connect
 
 pytestmark = pytest.mark.backends("postgres")
 
@@ -51,3 +59,76 @@ async def test_a_clean_batch_commits_in_one_attempt(pg_dsn: str) -> None:
         ids = [value for _, value in outcomes]
         assert ids == sorted(ids) and len(set(ids)) == 3  # one statement, ids in command order
         assert [await db.message_count(sid) for sid in ("a", "b")] == [2, 1]
+
+
+def _dead_local_holder() -> str:
+    """A ``pid=`` holder naming a process of this machine that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return f"pid={proc.pid}:task=t:agent=a:nonce=n"
+
+
+async def _put_lease(pg_dsn: str, session_id: str, holder: str) -> None:
+    """A live-by-time lease row written from this process table (so its pid is judged here)."""
+    conn = await schema_connect(pg_dsn)
+    try:
+        await conn.execute(
+            "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at, holder_host) "
+            "VALUES ($1, $2, $3, $4, $5)",
+            session_id, holder, time.time(), time.time() + 600, LOCAL_HOST,
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_run_with_a_dead_holders_lease_keeps_command_order(pg_dsn: str) -> None:
+    async with SessionDB(pg_dsn) as db:
+        for sid in ("s", "t", "u"):
+            await db.create_session(sid, "cli")
+        await _put_lease(pg_dsn, "s", _dead_local_holder())
+        await _put_lease(pg_dsn, "u", "pid=1:task=t:agent=a:nonce=n")  # pid 1 lives: the lease holds
+        one = encode_message_dicts([{"role": "user", "content": "1"}])
+        two = encode_message_dicts([{"role": "user", "content": "2"}, {"role": "assistant", "content": "3"}])
+        commands = [
+            AppendMessages(session_id="s", rows=one, want_id=True),  # past the dead holder's lease
+            AppendMessages(session_id="t", rows=two),
+            AppendMessages(session_id="u", rows=one),  # refused by the live lease
+            AppendMessages(session_id="s", rows=two, want_id=True),
+            AppendMessages(session_id="u", rows=two, compression_lock_holder="pid=1:task=t:agent=a:nonce=n"),
+        ]
+        outcomes = await db._backend.apply_batch(commands)  # type: ignore[attr-defined]
+        assert [ok for ok, _ in outcomes] == [True, True, False, True, True]
+        assert type(outcomes[2][1]) is SessionCompressionInProgressError
+        assert outcomes[1][1] == 2 and outcomes[4][1] == 2
+        rows = await db.get_messages("s")
+        assert [m["content"] for m in rows] == ["1", "2", "3"]
+        assert [outcomes[0][1], outcomes[3][1]] == [rows[0]["id"], rows[2]["id"]]
+        assert [m["content"] for m in await db.get_messages("u")] == ["2", "3"]
+        counts = [(await db.get_session(sid) or {})["message_count"] for sid in ("s", "t", "u")]
+        assert counts == [3, 2, 2]
+
+
+async def test_identical_rows_and_varying_columns_round_trip(pg_dsn: str) -> None:
+    """Columns equal in every row go to the server once; rows stay distinct and keep their types."""
+    async with SessionDB(pg_dsn) as db:
+        await db.create_session("s", "cli")
+        same = encode_message_dicts([{"role": "tool", "content": {"k": [1, 2]}, "tool_call_id": "c", "timestamp": 5.0}])
+        mixed = encode_message_dicts([
+            {"role": "user", "content": "plain", "timestamp": 0.0},
+            {"role": "user", "content": "nul\x00inside", "timestamp": -0.0, "token_count": 7},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function",
+             "function": {"name": "f", "arguments": "{}"}}], "timestamp": 1.5},
+        ])
+        commands = [AppendMessages(session_id="s", rows=same), AppendMessages(session_id="s", rows=same),
+                    AppendMessages(session_id="s", rows=mixed, want_id=True)]
+        outcomes = await db._backend.apply_batch(commands)  # type: ignore[attr-defined]
+        assert [value for _, value in outcomes[:2]] == [1, 1]
+        got = await db.get_messages("s")
+        assert [m["content"] for m in got] == [{"k": [1, 2]}, {"k": [1, 2]}, "plain", "nul\x00inside", None]
+        assert outcomes[2][1] == got[-1]["id"]
+        assert [m["timestamp"] for m in got] == [5.0, 5.0, 0.0, -0.0, 1.5]
+        assert math.copysign(1.0, got[3]["timestamp"]) == -1.0
+        assert [m["token_count"] for m in got] == [None, None, None, 7, None]
+        assert got[4]["tool_calls"][0]["function"]["name"] == "f"
+        session = await db.get_session("s") or {}
+        assert (session["message_count"], session["tool_call_count"]) == (5, 1)

@@ -18,8 +18,9 @@ every other command in its own savepoint, so one that raises is rolled back
 alone and only its caller gets the exception. A lost connection is never
 retried here (the backend decides).
 With a ``token``, the transaction also inserts it into ``write_batches`` (and
-deletes the writer's previous one), and the outcomes are put in ``done``
-before COMMIT is sent, so a caller that loses the COMMIT reply can find out
+deletes the writer's previous one) in the same statement that takes the
+session locks (one round trip fewer per batch), and the outcomes are put in
+``done`` before COMMIT is sent, so a caller that loses the COMMIT reply can find out
 whether the batch committed and, if it did, what each command returned.
 ``standalone`` commands (VACUUM and the like) run outside any transaction.
 """
@@ -40,8 +41,11 @@ __all__ = ["BatchToken", "apply_batch", "session_ids_of"]
 log = logging.getLogger("hermes_state.postgres.writer")
 
 _LOCK_SQL = "SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE"
-_TOKEN_SQL = (
-    "WITH gone AS (DELETE FROM write_batches WHERE token = $2) INSERT INTO write_batches (token) VALUES ($1)"
+# The lock and the token in one statement: data-modifying CTEs run even though the
+# SELECT does not read them.
+_LOCK_TOKEN_SQL = (
+    "WITH gone AS (DELETE FROM write_batches WHERE token = $3), "
+    "made AS (INSERT INTO write_batches (token) VALUES ($2)) " + _LOCK_SQL
 )
 
 Done = list[list[Outcome]]
@@ -57,10 +61,8 @@ class BatchToken:
         self.previous = previous
 
 
-async def _finish(conn: Any, token: BatchToken | None, done: Done | None, outcomes: list[Outcome]) -> None:
-    """Last step before COMMIT: record the token and hand the outcomes out."""
-    if token is not None:
-        await conn.execute(_TOKEN_SQL, token.token, token.previous)
+def _finish(done: Done | None, outcomes: list[Outcome]) -> None:
+    """Last step before COMMIT: hand the outcomes out (the token went in with the locks)."""
     if done is not None:
         done.append(outcomes)
 
@@ -78,9 +80,12 @@ def session_ids_of(command: Command) -> list[str]:
     return found
 
 
-async def _lock_sessions(conn: Any, commands: Sequence[Command]) -> None:
+async def _lock_sessions(conn: Any, commands: Sequence[Command], token: BatchToken | None) -> None:
+    """Lock the batch's session rows in id order; record ``token`` in the same round trip."""
     ids = sorted({sid for command in commands for sid in session_ids_of(command)})
-    if ids:
+    if token is not None:
+        await conn.execute(_LOCK_TOKEN_SQL, ids, token.token, token.previous)
+    elif ids:
         await conn.execute(_LOCK_SQL, ids)
 
 
@@ -120,14 +125,14 @@ async def _apply_optimistic(
     """Every run through its bulk or single handler in one transaction, no savepoints; raises if any handler does."""
     outcomes: list[Outcome] = []
     async with conn.transaction():
-        await _lock_sessions(conn, commands)
+        await _lock_sessions(conn, commands, token)
         for run in _runs(commands):
             if len(run) > 1:
                 results = await BULK_HANDLERS[type(commands[run[0]])](conn, [commands[p] for p in run])
                 outcomes.extend((ok, value if ok else to_store_error(value)) for ok, value in results)
             else:
                 outcomes.append((True, await handler_for(commands[run[0]])(conn, commands[run[0]])))
-        await _finish(conn, token, done, outcomes)
+        _finish(done, outcomes)
     return outcomes
 
 
@@ -145,9 +150,9 @@ async def _apply_transaction(
         command = commands[0]
         try:
             async with conn.transaction():
-                await _lock_sessions(conn, commands)
+                await _lock_sessions(conn, commands, token)
                 result = await handler_for(command)(conn, command)
-                await _finish(conn, token, done, [(True, result)])
+                _finish(done, [(True, result)])
         except Exception as exc:
             if not conn.is_closed():
                 return [(False, to_store_error(exc))]
@@ -155,7 +160,7 @@ async def _apply_transaction(
         return [(True, result)]
     outcomes: list[Outcome | None] = [None] * len(commands)
     async with conn.transaction():
-        await _lock_sessions(conn, commands)
+        await _lock_sessions(conn, commands, token)
         for run in _runs(commands):
             if len(run) > 1:
                 bulk = await _try_bulk(conn, [commands[p] for p in run])
@@ -166,7 +171,7 @@ async def _apply_transaction(
             for pos in run:
                 outcomes[pos] = await _apply_one(conn, commands[pos])
         final = [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
-        await _finish(conn, token, done, final)
+        _finish(done, final)
     return final
 
 

@@ -10,36 +10,42 @@ from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
 from ..queries.core import MESSAGE_SELECT, message_dict
 from .common import append_refusals, insert_messages
+from .guarded_append import guarded_append
 from .registry import handles, handles_bulk
+
+
+def _append_result(cmd: AppendMessages, ids: list[int]) -> int:
+    return ids[-1] if cmd.want_id and ids else len(ids)
 
 
 @handles(AppendMessages)
 async def append_messages(conn: Any, cmd: AppendMessages) -> int:
-    verdicts = await append_refusals(conn, [(cmd.session_id, cmd.compression_lock_holder)], time.time())
-    refusal = next(iter(verdicts.values()))
+    done = await guarded_append(conn, [cmd])
+    refusal = done.refusals[0]
     if refusal is not None:
         raise refusal
-    ids = await insert_messages(conn, [(cmd.session_id, row) for row in cmd.rows])
-    return ids[-1] if cmd.want_id and ids else len(ids)
+    ids = done.ids[0]
+    if done.late:  # a dead local holder's lease: SQL inserted nothing, the rules let it through
+        ids = await insert_messages(conn, [(cmd.session_id, row) for row in cmd.rows])
+    return _append_result(cmd, ids)
+
+
+class LateAppendError(Exception):
+    """A run held an append admitted only past a dead holder's lease; apply it command by command."""
 
 
 @handles_bulk(AppendMessages)
 async def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tuple[bool, Any]]:
-    """Many agents' appends in one batch: one guard query for the run, one insert statement."""
-    verdicts = await append_refusals(conn, [(c.session_id, c.compression_lock_holder) for c in commands], time.time())
-    outcomes: list[tuple[bool, Any]] = []
-    accepted: list[tuple[int, AppendMessages]] = []
-    for index, cmd in enumerate(commands):
-        refusal = verdicts[(cmd.session_id, cmd.compression_lock_holder)]
-        outcomes.append((False, refusal) if refusal is not None else (True, None))
-        if refusal is None:
-            accepted.append((index, cmd))
-    ids = await insert_messages(conn, [(cmd.session_id, row) for _, cmd in accepted for row in cmd.rows])
-    position = 0
-    for index, cmd in accepted:
-        position += len(cmd.rows)
-        outcomes[index] = (True, ids[position - 1] if cmd.want_id and cmd.rows else len(cmd.rows))
-    return outcomes
+    """Many agents' appends in one batch: guard, insert and counters in one statement."""
+    done = await guarded_append(conn, commands)
+    if done.late:
+        # Inserting those rows now could put them after a later command's rows of the
+        # same session; the writer rolls this back and applies the run one by one.
+        raise LateAppendError(f"{len(done.late)} append(s) admitted past a dead holder's lease")
+    return [
+        (False, refusal) if refusal is not None else (True, _append_result(cmd, ids))
+        for cmd, refusal, ids in zip(commands, done.refusals, done.ids)
+    ]
 
 
 @handles(ReplaceMessages)
