@@ -234,12 +234,12 @@ class StoreBase:
         if refusal is not None:
             raise refusal
         self._check_storable(command)
+        loop = asyncio.get_running_loop()
         if during_close:
             if not self._opened:
                 raise StoreClosedError()
-        else:
+        elif self._closed or not self._opened or loop is not self._loop:  # else already open here: no await
             await self._ensure_open()
-        loop = asyncio.get_running_loop()
         started = loop.time()
         guard_started: float | None = None
         while True:
