@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ...commands.messages import AppendMessages
@@ -55,14 +56,10 @@ _STATE = """st AS (
 # Parameters $1 (session ids) and $2 (now) are the guard's; the row values start at $3.
 _FIRST = 3
 
-_SQL_CACHE: dict[tuple[bool, ...], str] = {}
 
-
+@lru_cache(maxsize=128)  # a handful of shapes in practice; bounded all the same
 def _sql(constant: tuple[bool, ...]) -> str:
     """The statement for a run whose columns ``constant[i]`` are sent as scalars."""
-    sql = _SQL_CACHE.get(constant)
-    if sql is not None:
-        return sql
     arrays, names, exprs = [], [], []
     for i, ((name, kind), fixed) in enumerate(zip(_COLUMNS, constant)):
         param = f"${_FIRST + i}::{kind}"
@@ -76,7 +73,7 @@ def _sql(constant: tuple[bool, ...]) -> str:
         source = f"unnest({', '.join(arrays)}) WITH ORDINALITY AS u({', '.join(names)}, ord)"
     else:  # every column constant: the row count comes as one more parameter
         source = f"generate_series(1, (SELECT ${_FIRST + _N}::int8)) AS u(ord)"
-    sql = f"""WITH {_STATE}, r AS (
+    return f"""WITH {_STATE}, r AS (
     SELECT u.ord, {', '.join(exprs)} FROM {source}
 ), ok AS (
     SELECT r.* FROM r JOIN st ON st.id = r.session_id
@@ -91,8 +88,6 @@ def _sql(constant: tuple[bool, ...]) -> str:
 )
 SELECT id, present, closed, holder, holder_host, NULL::int8 AS new_id FROM st
 UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, id FROM ins"""
-    _SQL_CACHE[constant] = sql
-    return sql
 
 
 def _is_constant(values: list[Any]) -> bool:
