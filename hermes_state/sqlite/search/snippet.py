@@ -18,6 +18,8 @@ characters), so on such rows the window may differ slightly from what
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from functools import partial
 from itertools import islice
 
 from .sanitize import OPERATORS
@@ -102,6 +104,8 @@ def hits_exceed(pattern: re.Pattern[str], texts: list[str], limit: int = MAX_FTS
 
 def _end_after(token: re.Pattern[str], text: str, start: int, count: int) -> int:
     """End of the ``count``-th token starting at ``start`` (or of the last one before the text ends)."""
+    if token is _CHAR:  # every character is a token
+        return max(start, min(start + count, len(text)))
     end = start
     for found in islice(token.finditer(text, start), count):
         end = found.end()
@@ -112,8 +116,49 @@ def _start_before(token: re.Pattern[str], text: str, position: int, count: int) 
     """Start of the ``count``-th token before ``position`` (within a bounded look-back)."""
     if count <= 0:
         return position
-    earlier = list(token.finditer(text, max(0, position - _LOOKBACK_CHARS), position))
+    floor = max(0, position - _LOOKBACK_CHARS)
+    if token is _CHAR:
+        return max(position - count, floor)
+    earlier = list(token.finditer(text, floor, position))
     return earlier[-count].start() if len(earlier) >= count else (earlier[0].start() if earlier else position)
+
+
+class _WordEnds:
+    """:func:`_end_after` for word tokens, from one pass over the tokens around the first hits.
+
+    The window search asks for the end of 40 tokens from each of up to 16
+    anchors, mostly over the same stretch of text; tokenizing it once (and only
+    as far as asked) instead of once per anchor keeps a snippet's cost near one
+    pass. A start that is not a token start of this pass is answered directly.
+    """
+
+    def __init__(self, text: str, first: int) -> None:
+        self._text = text
+        self._tokens = _WORD.finditer(text, first)
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._done = False
+
+    def _fill(self, index: int) -> None:
+        while not self._done and len(self._starts) <= index:
+            found = next(self._tokens, None)
+            if found is None:
+                self._done = True
+            else:
+                self._starts.append(found.start())
+                self._ends.append(found.end())
+
+    def end_after(self, start: int, count: int) -> int:
+        if count <= 0:
+            return start
+        starts = self._starts
+        while not self._done and (not starts or starts[-1] < start):
+            self._fill(len(starts))
+        index = bisect_left(starts, start)
+        if index == len(starts) or starts[index] != start:
+            return _end_after(_WORD, self._text, start, count)
+        self._fill(index + count - 1)
+        return self._ends[min(index + count, len(starts)) - 1]
 
 
 def bounded_snippet(text: str, pattern: re.Pattern[str], substring: bool, tokens: int = SNIPPET_TOKENS) -> str | None:
@@ -128,16 +173,26 @@ def bounded_snippet(text: str, pattern: re.Pattern[str], substring: bool, tokens
     hits = list(islice(pattern.finditer(text), _HITS_SCANNED))
     if not hits:
         return None
+    if token is _WORD:
+        ends = _WordEnds(text, max(0, hits[0].start() - _LOOKBACK_CHARS)).end_after
+    else:
+        ends = partial(_end_after, _CHAR, text)
     best_score, first, end = -1, 0, 0
-    for index, anchor in enumerate(hits[:_ANCHORS]):
-        window_end = _end_after(token, text, anchor.start(), tokens)
+    # With one phrase every anchor scores the same, so the first hit starts the window.
+    for index, anchor in enumerate(hits[: _ANCHORS if len(pattern.groupindex) > 1 else 1]):
+        window_end = ends(anchor.start(), tokens)
         score = len({hit.lastgroup for hit in hits[index:] if hit.start() < window_end})
         if score > best_score:
             best_score, first, end = score, index, window_end
     inside = [hit for hit in hits[first:] if hit.end() <= end]
-    covered = len(list(token.finditer(text, inside[0].start(), inside[-1].end()))) if inside else 0
+    if not inside:
+        covered = 0
+    elif token is _CHAR:
+        covered = inside[-1].end() - inside[0].start()
+    else:
+        covered = sum(1 for _ in token.finditer(text, inside[0].start(), inside[-1].end()))
     start = _start_before(token, text, hits[first].start(), (tokens - covered) // 2)
-    end = _end_after(token, text, start, tokens)
+    end = ends(start, tokens)
     inside = [hit for hit in hits if hit.start() >= start and hit.end() <= end]
     parts = [ELLIPSIS] if token.search(text, max(0, start - _LOOKBACK_CHARS), start) or start > _LOOKBACK_CHARS else []
     cursor = start
