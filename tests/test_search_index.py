@@ -388,38 +388,3 @@ async def test_search_follows_index_changes_made_by_another_connection(store: Se
     for _ in range(3):
         assert await store.search_messages("ckerfi") == []
         assert ids(await store.search_messages("dockerfile")) == [words + 2]
-
-
-async def test_a_search_reads_one_commit_without_begin(db_path: Path) -> None:
-    # SearchSnapshot keeps its first statement open instead of BEGIN ... COMMIT:
-    # what the search reads inside it must not move while another connection commits.
-    from hermes_state.sqlite.search.state import SearchSnapshot
-
-    await filled_file(db_path, 20)
-    reader = driver_module().connect(f"{db_path.as_uri()}?mode=ro", uri=True, isolation_level=None)
-    try:
-        count = "SELECT count(*) FROM messages"
-        wal = reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        late = "INSERT INTO messages (session_id, role, content, timestamp) VALUES ('s', 'user', 'late', 1)"
-        with SearchSnapshot(reader) as (state, rows):
-            assert state.base and state.trigram and not state.stale and rows is None
-            assert not reader.in_transaction  # no BEGIN was issued
-            with closing(driver_module().connect(str(db_path), isolation_level=None, timeout=0.1)) as writer:
-                if wal:
-                    writer.execute(late)
-                    writer.execute("INSERT INTO state_meta VALUES ('fts_stale', '1')")
-                else:  # a rollback journal: the open read holds its lock, so the write must wait
-                    with pytest.raises(sqlite3.OperationalError, match="locked"):
-                        writer.execute("BEGIN IMMEDIATE")
-                        writer.execute(late)
-                        writer.execute("COMMIT")
-            assert reader.execute(count).fetchone()[0] == 20
-        if not wal:
-            with raw(db_path) as writer:
-                writer.execute(late)
-                writer.execute("INSERT INTO state_meta VALUES ('fts_stale', '1')")
-        assert reader.execute(count).fetchone()[0] == 21
-        with SearchSnapshot(reader) as (state, rows):
-            assert state.stale
-    finally:
-        reader.close()

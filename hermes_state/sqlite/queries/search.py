@@ -41,8 +41,7 @@ from ..search.sanitize import (
 )
 from ..search.context import WINDOW_COLUMN_COUNT, clipped, column, contexts, unclip, window, window_columns
 from ..search.state import BASE as BASE_TABLE
-from ..search.state import TRIGRAM as TRIGRAM_TABLE
-from ..search.state import Arm, FtsState, SearchSnapshot
+from ..search.state import FtsState, Probe, read_state
 from ..search.snippet import (
     MAX_FTS5_SNIPPET_HITS,
     bounded_snippet,
@@ -343,29 +342,12 @@ def _ranked_path(req: _Search) -> bool:
     return req.sort not in ("newest", "oldest") and not (req.sources is not None or req.excluded or req.roles)
 
 
-_Key = tuple[str, str, int, bool]
-
-
-def _arms(req: _Search) -> list[tuple[Arm, _Key]]:
-    """The first statements of ``req``'s likely route, to run with the FTS state (with their keys).
-
-    The ranked candidates of ``messages_fts``, and for a query that may
-    take the trigram fallback of spec §4.3, the trigram index's, which
-    FTS5 skips at once (an empty phrase) when the first found anything:
-    a query with no hit anywhere is then one statement.
-    """
+def _probe(req: _Search) -> tuple[Probe, tuple[str, str, int, bool]] | None:
+    """The first statement of ``req``'s base-index route, to run with the FTS state (and its key)."""
     if not _ranked_path(req) or contains_cjk(req.query):
-        return []
+        return None
     _, count, inline = _first_candidates(req, BASE_TABLE, req.query)
-    arms = [(Arm((BASE_TABLE,), _ranked_sql(BASE_TABLE, inline), (req.query, count)), (BASE_TABLE, req.query, count, inline))]
-    if not req.wants_tool_rows and trigram_eligible(req.query):
-        match = quote_for_substring_index(req.query.strip('"').strip())
-        _, count, inline = _first_candidates(req, TRIGRAM_TABLE, match)
-        sql = _ranked_sql(TRIGRAM_TABLE, inline).replace(
-            "MATCH ?", "MATCH (CASE WHEN EXISTS (SELECT 1 FROM p1) THEN '\"\"' ELSE ? END)", 1
-        )
-        arms.append((Arm((BASE_TABLE, TRIGRAM_TABLE), sql, (match, count)), (TRIGRAM_TABLE, match, count, inline)))
-    return arms
+    return (_ranked_sql(BASE_TABLE, inline), (req.query, count)), (BASE_TABLE, req.query, count, inline)
 
 
 def _ranked_candidates(
@@ -624,15 +606,15 @@ def search_messages_rows(
     sanitized = sanitize_fts5_query(text)
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
-    req = _Search(
-        sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
-        with_context, frozenset(), {},
-    )
-    arms = _arms(req)
-    with SearchSnapshot(conn, [arm for arm, _ in arms]) as (state, first):
-        if first is not None and not state.stale:
-            # The trigram arm ran only if the first found nothing (see _arms).
-            req.prefetched.update((key, rows) for (_, key), rows in zip(arms, first[:1] if first[0] else first))
+    with snapshot(conn):
+        req = _Search(
+            sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
+            with_context, frozenset(), {},
+        )
+        probe = _probe(req)
+        state, first = read_state(conn, probe[0] if probe else None)
+        if probe is not None and first is not None and not state.stale:
+            req.prefetched[probe[1]] = first
         req = req._replace(default_rank=state.default_rank)
         route, hits = _route(conn, req, state)
         windows: dict[int, list[dict[str, Any]]] = {}

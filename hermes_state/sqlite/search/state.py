@@ -1,4 +1,4 @@
-"""What a search needs to know about the FTS indexes, and the snapshot it reads in.
+"""What a search needs to know about the FTS indexes, in one statement.
 
 Which index tables exist, whether their ``rank`` is the default ``bm25()``,
 the markers in ``state_meta`` (a detached index, pending backfills) and
@@ -7,19 +7,9 @@ four or five statements per search, as much as a zero-hit query costs.
 
 The table set changes only with the schema, so it is cached per connection
 (per reader thread: each aiosqlite connection has its own) under the
-schema cookie. Each search then runs one statement that reads the cookie,
-the markers and the rank settings, plus the first statements of the
-search itself (its "arms", see :class:`Arm`), and rebuilds the cache when
+schema cookie; each search then runs one statement that reads the cookie,
+the markers and the rank settings together, and rebuilds the cache when
 the cookie moved.
-
-That statement is also the search's snapshot. It is left open on its
-last rows while the search runs whatever else it needs: in autocommit
-mode SQLite keeps a read transaction for as long as a statement that
-reads is active, so every statement of the search sees the same commit,
-as under ``BEGIN ... COMMIT``, without those two statements. Each
-statement costs the reader thread a release and a re-take of the GIL,
-which under load means waiting for the event loop: a zero-hit search is
-now one statement, as its bare FTS5 query is.
 """
 
 from __future__ import annotations
@@ -31,7 +21,7 @@ from typing import Any, NamedTuple
 
 from .fts_schema import DB_ERRORS, cjk_tokenizer_loaded
 
-__all__ = ["Arm", "FtsState", "SearchSnapshot"]
+__all__ = ["FtsState", "Probe", "read_state"]
 
 BASE, TRIGRAM, CJK = "messages_fts", "messages_fts_trigram", "messages_fts_cjk"
 _META_KEYS = (
@@ -66,24 +56,8 @@ class _Schema(NamedTuple):
     ranked: tuple[str, ...]
 
 
-
-
-class Arm(NamedTuple):
-    """A statement of two result columns the search runs first, to run with the state.
-
-    ``needs`` names the index tables it reads (it is left out when one is
-    missing). The second arm may read the first one's rows as ``p1``.
-    """
-
-    needs: tuple[str, ...]
-    sql: str
-    params: Sequence[Any]
-
-
-# Tags of the held statement's last rows: the search reads up to the
-# sentinel; the two rows after it keep the statement (and so the snapshot)
-# open, whichever driver buffers one row ahead.
-_SENTINEL, _HOLD = 98, 99
+# A statement of two result columns and its parameters (see read_state).
+Probe = tuple[str, Sequence[Any]]
 
 _local = threading.local()
 
@@ -102,101 +76,75 @@ def _cached(conn: Any) -> _Schema | None:
     return cached if cached is not None and cached.conn is conn else None
 
 
-def _statement(schema: _Schema, arms: Sequence[Arm]) -> tuple[str, int]:
-    """(SQL, width) of the held statement: state, then each arm, then the sentinel and holders."""
-    width = 2 + len(schema.ranked)  # cookie, markers, one rank count per index table
-    pad = ", NULL" * (width - 2)  # arms have two columns
-    parts = [f"SELECT 0, {schema.sql[len('SELECT '):]}"]
-    prefix = ""
-    for number, arm in enumerate(arms, 1):
-        if number == 1 and len(arms) > 1:
-            prefix = f"WITH p1 AS MATERIALIZED ({arm.sql}) "
-            parts.append(f"SELECT 1, *{pad} FROM p1")
-        else:
-            parts.append(f"SELECT {number}, *{pad} FROM ({arm.sql})")
-    nulls = ", NULL" * width
-    parts.append(f"SELECT {_SENTINEL}{nulls}")
-    parts.append(f"SELECT {_HOLD}{nulls} FROM (VALUES (1), (2))")
-    return prefix + " UNION ALL ".join(parts), width
-
-
-def _params(arms: Sequence[Arm]) -> list[Any]:
-    # Bound in the order they appear: the first arm's (in WITH) before the state's when there is a WITH.
-    if len(arms) > 1:
-        return [*arms[0].params, *_META_KEYS, *(p for arm in arms[1:] for p in arm.params)]
-    return [*_META_KEYS, *(p for arm in arms for p in arm.params)]
-
-
-def _held(conn: Any, schema: _Schema, arms: Sequence[Arm]) -> tuple[Any, Sequence[Any], list[list[Any]]]:
-    """(open cursor, state row, rows of each arm) of the held statement."""
-    sql, _ = _statement(schema, arms)
-    cursor = conn.execute(sql, _params(arms))
-    try:
-        state: Sequence[Any] = ()
-        found: list[list[Any]] = [[] for _ in arms]
-        for row in iter(cursor.fetchone, None):
-            tag = row[0]
-            if tag == _SENTINEL:
-                return cursor, state, found
-            if tag == 0:
-                state = row[1:]
-            else:
-                found[tag - 1].append(row[1:3])
-        raise RuntimeError("the search's held statement ended before its sentinel")  # pragma: no cover
-    except BaseException:
-        cursor.close()
-        raise
-
-
-def _open(conn: Any, arms: Sequence[Arm]) -> tuple[Any, _Schema, Sequence[Any], frozenset[str], list[list[Any]] | None]:
-    """(open cursor, schema, state row, default-rank tables, arm rows or None when they did not run)."""
+def _read(conn: Any, probe: Probe | None) -> tuple[_Schema, Any, frozenset[str], list[Any] | None]:
+    """(schema, markers as JSON, default-rank tables, probe rows), rebuilding the cache when the schema moved."""
     schema = _cached(conn)
     for _ in range(3):
         if schema is None:
             schema = _local.schema = _schema(conn)
-        usable = [arm for arm in arms if all(t in schema.tables for t in arm.needs)]
-        usable = usable if len(usable) == len(arms) else []
-        found: list[list[Any]] | None = None
-        try:
-            if usable:
-                try:
-                    cursor, row, found = _held(conn, schema, usable)
-                except DB_ERRORS as exc:
-                    # The arms' own errors (an FTS5 syntax error, a damaged
-                    # index) are left for the search's statements to meet.
-                    if "interrupt" in str(exc):
-                        raise
-                    cursor, row, _ = _held(conn, schema, ())
-                    found = None
-            else:
-                cursor, row, _ = _held(conn, schema, ())
-        except DB_ERRORS as exc:
-            if _cached(conn) is not schema or not schema.ranked or "interrupt" in str(exc):
-                raise
-            # A dropped or damaged _config table: read the markers alone, and
-            # treat every rank as configured (the searches then take the
-            # generic statement, which reports the damage if there is any).
-            bare = _schema_without_ranks(schema)
-            cursor, row, _ = _held(conn, bare, ())
-            if row[0] != schema.cookie:
-                cursor.close()
-                schema = None
-                continue
-            return cursor, schema, row, frozenset(), None
+        rows = None
+        if probe is not None and BASE in schema.tables:
+            rows = _with_probe(conn, schema, probe)
+        if rows is not None:
+            row, found = rows[0], rows[1:]
+        else:
+            found = None
+            try:
+                row = conn.execute(schema.sql, _META_KEYS).fetchone()
+            except DB_ERRORS:
+                if _cached(conn) is not schema or not schema.ranked:
+                    raise
+                # A dropped or damaged _config table: read the markers alone, and
+                # treat every rank as configured (the searches then take the
+                # generic statement, which reports the damage if there is any).
+                row = conn.execute(f"SELECT schema_version, {_META_SQL} FROM pragma_schema_version", _META_KEYS).fetchone()
+                if row[0] != schema.cookie:
+                    schema = None
+                    continue
+                return schema, row[1], frozenset(), None
         if row[0] == schema.cookie:
             default = frozenset(t for t, n in zip(schema.ranked, row[2:]) if not n)
-            return cursor, schema, row, default, found
-        cursor.close()
+            return schema, row[1], default, found
         schema = None
     raise RuntimeError("the schema kept changing under a search")  # pragma: no cover - three DDL commits in a row
 
 
-def _schema_without_ranks(schema: _Schema) -> _Schema:
-    sql = f"SELECT schema_version, {_META_SQL} FROM pragma_schema_version"
-    return schema._replace(sql=sql, ranked=())
+def _with_probe(conn: Any, schema: _Schema, probe: Probe) -> list[Any] | None:
+    """The state row then the probe's rows, from one statement; None when that statement failed.
+
+    The probe's own errors (an FTS5 syntax error, a damaged index) are left
+    for the caller's statement to meet and handle as it always has.
+    """
+    sql, params = probe
+    pad = ", NULL" * len(schema.ranked)  # the probe has two columns, the state 2 + one per index table
+    combined = f"SELECT 0, {schema.sql[len('SELECT '):]} UNION ALL SELECT 1, *{pad} FROM ({sql})"
+    try:
+        rows = conn.execute(combined, (*_META_KEYS, *params)).fetchall()
+    except DB_ERRORS as exc:
+        if "interrupt" in str(exc):
+            raise
+        # A damaged index can leave the read transaction unusable (COMMIT
+        # then fails too): start a fresh one for the statements that follow.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.execute("BEGIN")
+        return None
+    state = [row[1:] for row in rows if row[0] == 0]
+    return state + [row[1:3] for row in rows if row[0] == 1] if len(state) == 1 else None
 
 
-def _state(schema: _Schema, meta_json: Any, default: frozenset[str]) -> FtsState:
+def read_state(conn: Any, probe: Probe | None = None) -> tuple[FtsState, list[Any] | None]:
+    """The FTS state seen by ``conn``'s current read transaction, and the rows of ``probe``.
+
+    Call it inside a read transaction (``BEGIN``), as a search does.
+
+    ``probe`` is a statement of two columns on ``messages_fts`` that the
+    search will run first whatever the state (the ranked candidates): it
+    runs in the same statement as the state, one round trip instead of
+    two. Its rows are None when it was not run (no such table, or it
+    failed: the caller runs it again itself and meets the error).
+    """
+    schema, meta_json, default, found = _read(conn, probe)
     meta = json.loads(meta_json) if meta_json and meta_json != "{}" else {}
     gap = None
     if meta.get("fts_rebuild_high_water") is not None:
@@ -208,7 +156,7 @@ def _state(schema: _Schema, meta_json: Any, default: frozenset[str]) -> FtsState
         if high > 0:
             gap = (done, high)
     cjk = schema.cjk_loaded and "fts_cjk_stale" not in meta and "fts_cjk_rebuild_high_water" not in meta
-    return FtsState(
+    state = FtsState(
         base=BASE in schema.tables,
         trigram=TRIGRAM in schema.tables,
         cjk=cjk,
@@ -216,29 +164,4 @@ def _state(schema: _Schema, meta_json: Any, default: frozenset[str]) -> FtsState
         gap=gap,
         default_rank=default,
     )
-
-
-class SearchSnapshot:
-    """``with SearchSnapshot(conn, arms) as (state, rows):`` one commit's view for a whole search.
-
-    ``state`` is the :class:`FtsState`; ``rows`` the rows of each arm, or
-    None when they were not run (a table they need is missing, or their
-    statement failed: the search runs them again itself and meets the
-    error). Statements run inside the block see the same commit.
-    """
-
-    __slots__ = ("arms", "conn", "cursor")
-
-    def __init__(self, conn: Any, arms: Sequence[Arm] = ()) -> None:
-        self.conn = conn
-        self.arms = arms
-        self.cursor: Any = None
-
-    def __enter__(self) -> tuple[FtsState, list[list[Any]] | None]:
-        self.cursor, schema, row, default, found = _open(self.conn, self.arms)
-        return _state(schema, row[1], default), found
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.cursor is not None:
-            self.cursor.close()  # ends the read transaction
-            self.cursor = None
+    return state, found
