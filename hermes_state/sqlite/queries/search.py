@@ -375,7 +375,7 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
             f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
         )
         rows = _unclip_rows(conn, conn.execute(sql, [*params, req.limit, req.offset]).fetchall())
-    if req.with_snippet:
+    if req.with_snippet and rows:  # zero hits: no snippet work at all
         snippets.update(_snippets(conn, table, match, [row for row in rows if row[0] not in snippets]))
     hits = [_hit(row, snippets.get(row[0])) for row in rows]
     for hit in hits:
