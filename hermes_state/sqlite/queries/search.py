@@ -66,6 +66,8 @@ __all__ = [
 log = logging.getLogger("hermes_state.search")
 
 _SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
+
+
 class FtsRepairNeeded(Exception):
     """A search met a corrupt FTS index; the facade rebuilds it in place and asks again."""
 
