@@ -515,6 +515,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--suite", choices=("large", "zipf", "stall"), default="large", help="which benchmark (default large)")
     parser.add_argument("--reads", type=int, default=200, help="stall: get_messages calls per phase")
+    parser.add_argument("--cpu-rounds", type=int, default=0, help="zipf: also time each side's reader-thread CPU, this many rounds")
     parser.add_argument("--deadline-ms", type=float, default=10000.0, help="stall: sessions.search_timeout_ms")
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite", help="postgres: bench/search_postgres.py")
     parser.add_argument("--dsn", help="postgres: server DSN (default $HERMES_TEST_POSTGRES_DSN)")

@@ -25,6 +25,7 @@ and store p95 <= 1.5 x bare p95.
 
     python3 bench/search.py --suite zipf
     python3 bench/search.py --suite zipf --rounds 30 --json bench/out/zipf.json
+    python3 bench/search.py --suite zipf --cpu-rounds 15   # also the reader-thread CPU of each side
 """
 
 from __future__ import annotations
@@ -207,6 +208,40 @@ async def prepare(args: argparse.Namespace) -> tuple[Path, Path]:
     return home, cached
 
 
+def reader_cpu(path: Path, queries: dict[str, list[str]], rounds: int) -> dict[str, tuple[float, float]]:
+    """Per class: (bare, store) reader-thread CPU in ms, each query's fastest of ``rounds``, averaged.
+
+    The search function and the bare statement run on one connection in
+    this thread, no writers: what the store adds in work, whatever the
+    machine's load does to latencies (``time.thread_time``).
+    """
+    from hermes_state.sqlite.driver import driver_module
+    from hermes_state.sqlite.queries.search import search_messages_rows
+
+    conn = driver_module().connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    rng = random.Random(SEED + 2)
+    out: dict[str, tuple[float, float]] = {}
+    try:
+        for cls, qs in queries.items():
+            fastest: dict[tuple[str, int], float] = {}
+            for _ in range(rounds):
+                for q in qs:
+                    sql, match = bare_statement(cls, q)
+                    for side in rng.sample((0, 1), 2):
+                        start = time.thread_time()
+                        if side:
+                            search_messages_rows(conn, q, None, None, None, LIMIT, 0, None, False, True, True, False, 1e12)
+                        else:
+                            conn.execute(sql, (match,)).fetchall()
+                        spent = time.thread_time() - start
+                        fastest[(q, side)] = min(fastest.get((q, side), spent), spent)
+            bare, store = (1000 * sum(fastest[(q, side)] for q in qs) / len(qs) for side in (0, 1))
+            out[cls] = (bare, store)
+    finally:
+        conn.close()
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from hermes_state import SessionDB
     from hermes_state.sqlite.backend import _yield_cpu
@@ -235,7 +270,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             stop.set()
             await asyncio.gather(*tasks)
             info = await db.storage_info()
-        return {"queries": queries, "result": result, "appends_per_s": appended[0] / max(elapsed, 1e-9), "info": info}
+        cpu = reader_cpu(cached, queries, args.cpu_rounds) if args.cpu_rounds else {}
+        return {"queries": queries, "result": result, "appends_per_s": appended[0] / max(elapsed, 1e-9), "info": info, "cpu": cpu}
     finally:
         await bare.close()
         for suffix in ("", "-wal", "-shm"):
@@ -269,4 +305,9 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> tuple[bool, dict[s
         summary[cls] = {"store_p50": pct(values["store"], 50), "store_p95": store95, "bare_p50": pct(values["bare"], 50),
                         "bare_p95": bare95, "ratio_p95": ratio, "hits": hits, "queries": data["queries"][cls]}
     print(f"(milliseconds; targets: store p95 < {TARGET_P95_MS:.0f} ms and <= {TARGET_RATIO}x the bare statement's p95)")
+    if data.get("cpu"):
+        print(f"reader-thread CPU per query, fastest of {args.cpu_rounds} (ms, no writers): class bare store ratio")
+        for cls, (bare, store) in data["cpu"].items():
+            print(f"  {cls:<16} {bare:7.3f} {store:7.3f} {store / bare:5.2f}x")
+            summary[cls]["cpu_bare_ms"], summary[cls]["cpu_store_ms"] = bare, store
     return ok, summary

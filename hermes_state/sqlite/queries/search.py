@@ -40,8 +40,7 @@ from ..search.sanitize import (
     trigram_eligible,
 )
 from ..search.context import WINDOW_COLUMN_COUNT, clipped, column, contexts, unclip, window, window_columns
-from ..search.state import BASE as BASE_TABLE
-from ..search.state import FtsState, Probe, read_state
+from ..search.state import FtsState, read_state
 from ..search.snippet import (
     MAX_FTS5_SNIPPET_HITS,
     bounded_snippet,
@@ -67,6 +66,8 @@ __all__ = [
 log = logging.getLogger("hermes_state.search")
 
 _SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
+
+
 class FtsRepairNeeded(Exception):
     """A search met a corrupt FTS index; the facade rebuilds it in place and asks again."""
 
@@ -95,8 +96,6 @@ class _Search(NamedTuple):
     with_snippet: bool
     with_context: bool
     default_rank: frozenset[str]  # index tables whose rank is plain bm25()
-    # Ranked candidates already fetched with the FTS state, by (table, match, count, inline).
-    prefetched: dict[tuple[str, str, int, bool], list[Any]]
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -256,14 +255,11 @@ def _phrase_count(match: str) -> int:
 def _ranked_sql(table: str, inline: bool) -> str:
     """The ranked statement of :func:`_ranked_ids`, built once per table and kind."""
     if not inline:
-        # Two columns either way: the first of them can run with the FTS state (search/state.py).
-        return f"SELECT rowid, NULL FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?"
+        return f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?"
     return f"SELECT rowid, {_inline_snippet(table)} FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
 
 
-def _ranked_ids(
-    conn: Any, req: _Search, table: str, match: str, count: int, inline: bool
-) -> tuple[list[int], dict[int, Any]]:
+def _ranked_ids(conn: Any, table: str, match: str, count: int, inline: bool) -> tuple[list[int], dict[int, Any]]:
     """The ``count`` best-ranked ids, with snippets when the statement can build them cheaply.
 
     On ``messages_fts``, ``ORDER BY bm25(t), rowid`` with a LIMIT lets SQLite
@@ -274,9 +270,7 @@ def _ranked_ids(
     rank``, which builds each snippet for the rows it returns only, in the
     same pass.
     """
-    rows = req.prefetched.pop((table, match, count, inline), None)
-    if rows is None:
-        rows = conn.execute(_ranked_sql(table, inline), (match, count)).fetchall()
+    rows = conn.execute(_ranked_sql(table, inline), (match, count)).fetchall()
     if not inline:
         return [r[0] for r in rows], {}
     return [r[0] for r in rows], {r[0]: r[1] for r in rows if r[1] is not None}
@@ -329,27 +323,6 @@ def _visible_rows_in(
     return found
 
 
-def _first_candidates(req: _Search, table: str, match: str) -> tuple[int, int, bool]:
-    """(rows the page needs, candidates asked first, snippets inline) of a ranked search."""
-    need = min(req.limit + req.offset, INT64_MAX // 2)  # both may be up to 2**63 - 1
-    inline = _snippets_inline(req, table, match)
-    # Inline snippets are built for every candidate: fetch just the page first.
-    return need, (need if inline else max(_CANDIDATES, 2 * need)), inline
-
-
-def _ranked_path(req: _Search) -> bool:
-    """Whether an index search of ``req`` starts with the ranked candidates (see :func:`_index_hits`)."""
-    return req.sort not in ("newest", "oldest") and not (req.sources is not None or req.excluded or req.roles)
-
-
-def _probe(req: _Search) -> tuple[Probe, tuple[str, str, int, bool]] | None:
-    """The first statement of ``req``'s base-index route, to run with the FTS state (and its key)."""
-    if not _ranked_path(req) or contains_cjk(req.query):
-        return None
-    _, count, inline = _first_candidates(req, BASE_TABLE, req.query)
-    return (_ranked_sql(BASE_TABLE, inline), (req.query, count)), (BASE_TABLE, req.query, count, inline)
-
-
 def _ranked_candidates(
     conn: Any, req: _Search, table: str, match: str, windows: dict[int, Any]
 ) -> tuple[list[Sequence[Any]], dict[int, Any]] | None:
@@ -359,10 +332,13 @@ def _ranked_candidates(
     rows are hidden, None asks for the joined scan. The page's context
     windows, when wanted, come with its rows into ``windows``.
     """
+    need = min(req.limit + req.offset, INT64_MAX // 2)  # both may be up to 2**63 - 1
     where, params = req.filters()
-    need, count, inline = _first_candidates(req, table, match)
+    inline = _snippets_inline(req, table, match)
+    # Inline snippets are built for every candidate: fetch just the page first.
+    count = need if inline else max(_CANDIDATES, 2 * need)
     for _ in range(2):
-        ids, snippets = _ranked_ids(conn, req, table, match, count, inline)
+        ids, snippets = _ranked_ids(conn, table, match, count, inline)
         if not ids:
             return [], {}
         # Join the page's ids first; the spare candidates only when some were hidden.
@@ -382,7 +358,7 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
     rows: Sequence[Sequence[Any]] | None = None
     snippets: dict[int, Any] = {}
     windows: dict[int, Any] = {}
-    if _ranked_path(req) and table in req.default_rank:
+    if by_rank and not (req.sources is not None or req.excluded or req.roles) and table in req.default_rank:
         ranked = _ranked_candidates(conn, req, table, match, windows)
         if ranked is not None:
             rows, snippets = ranked
@@ -401,7 +377,7 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
             f"WHERE {' AND '.join(where)} {order} LIMIT ? OFFSET ?"
         )
         rows = _unclip_rows(conn, conn.execute(sql, [*params, req.limit, req.offset]).fetchall())
-    if req.with_snippet:
+    if req.with_snippet and rows:  # zero hits: no snippet work at all
         snippets.update(_snippets(conn, table, match, [row for row in rows if row[0] not in snippets]))
     hits = [_hit(row, snippets.get(row[0])) for row in rows]
     for hit in hits:
@@ -607,15 +583,11 @@ def search_messages_rows(
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
     with snapshot(conn):
+        state = read_state(conn)
         req = _Search(
             sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
-            with_context, frozenset(), {},
+            with_context, state.default_rank,
         )
-        probe = _probe(req)
-        state, first = read_state(conn, probe[0] if probe else None)
-        if probe is not None and first is not None and not state.stale:
-            req.prefetched[probe[1]] = first
-        req = req._replace(default_rank=state.default_rank)
         route, hits = _route(conn, req, state)
         windows: dict[int, list[dict[str, Any]]] = {}
         # Index routes bring most windows with their rows; the rest are looked up here.

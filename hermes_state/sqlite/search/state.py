@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .fts_schema import DB_ERRORS, cjk_tokenizer_loaded
 
-__all__ = ["FtsState", "Probe", "read_state"]
+__all__ = ["FtsState", "read_state"]
 
 BASE, TRIGRAM, CJK = "messages_fts", "messages_fts_trigram", "messages_fts_cjk"
 _META_KEYS = (
@@ -56,9 +55,6 @@ class _Schema(NamedTuple):
     ranked: tuple[str, ...]
 
 
-# A statement of two result columns and its parameters (see read_state).
-Probe = tuple[str, Sequence[Any]]
-
 _local = threading.local()
 
 
@@ -76,75 +72,35 @@ def _cached(conn: Any) -> _Schema | None:
     return cached if cached is not None and cached.conn is conn else None
 
 
-def _read(conn: Any, probe: Probe | None) -> tuple[_Schema, Any, frozenset[str], list[Any] | None]:
-    """(schema, markers as JSON, default-rank tables, probe rows), rebuilding the cache when the schema moved."""
+def _read(conn: Any) -> tuple[_Schema, Any, frozenset[str]]:
+    """(schema, markers as JSON, default-rank tables), rebuilding the cache when the schema moved."""
     schema = _cached(conn)
     for _ in range(3):
         if schema is None:
             schema = _local.schema = _schema(conn)
-        rows = None
-        if probe is not None and BASE in schema.tables:
-            rows = _with_probe(conn, schema, probe)
-        if rows is not None:
-            row, found = rows[0], rows[1:]
-        else:
-            found = None
-            try:
-                row = conn.execute(schema.sql, _META_KEYS).fetchone()
-            except DB_ERRORS:
-                if _cached(conn) is not schema or not schema.ranked:
-                    raise
-                # A dropped or damaged _config table: read the markers alone, and
-                # treat every rank as configured (the searches then take the
-                # generic statement, which reports the damage if there is any).
-                row = conn.execute(f"SELECT schema_version, {_META_SQL} FROM pragma_schema_version", _META_KEYS).fetchone()
-                if row[0] != schema.cookie:
-                    schema = None
-                    continue
-                return schema, row[1], frozenset(), None
+        try:
+            row = conn.execute(schema.sql, _META_KEYS).fetchone()
+        except DB_ERRORS:
+            if _cached(conn) is not schema or not schema.ranked:
+                raise
+            # A dropped or damaged _config table: read the markers alone, and
+            # treat every rank as configured (the searches then take the
+            # generic statement, which reports the damage if there is any).
+            row = conn.execute(f"SELECT schema_version, {_META_SQL} FROM pragma_schema_version", _META_KEYS).fetchone()
+            if row[0] != schema.cookie:
+                schema = None
+                continue
+            return schema, row[1], frozenset()
         if row[0] == schema.cookie:
             default = frozenset(t for t, n in zip(schema.ranked, row[2:]) if not n)
-            return schema, row[1], default, found
+            return schema, row[1], default
         schema = None
     raise RuntimeError("the schema kept changing under a search")  # pragma: no cover - three DDL commits in a row
 
 
-def _with_probe(conn: Any, schema: _Schema, probe: Probe) -> list[Any] | None:
-    """The state row then the probe's rows, from one statement; None when that statement failed.
-
-    The probe's own errors (an FTS5 syntax error, a damaged index) are left
-    for the caller's statement to meet and handle as it always has.
-    """
-    sql, params = probe
-    pad = ", NULL" * len(schema.ranked)  # the probe has two columns, the state 2 + one per index table
-    combined = f"SELECT 0, {schema.sql[len('SELECT '):]} UNION ALL SELECT 1, *{pad} FROM ({sql})"
-    try:
-        rows = conn.execute(combined, (*_META_KEYS, *params)).fetchall()
-    except DB_ERRORS as exc:
-        if "interrupt" in str(exc):
-            raise
-        # A damaged index can leave the read transaction unusable (COMMIT
-        # then fails too): start a fresh one for the statements that follow.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        conn.execute("BEGIN")
-        return None
-    state = [row[1:] for row in rows if row[0] == 0]
-    return state + [row[1:3] for row in rows if row[0] == 1] if len(state) == 1 else None
-
-
-def read_state(conn: Any, probe: Probe | None = None) -> tuple[FtsState, list[Any] | None]:
-    """The FTS state seen by ``conn``'s current read transaction, and the rows of ``probe``.
-
-    Call it inside a read transaction (``BEGIN``), as a search does.
-
-    ``probe`` is a statement of two columns on ``messages_fts`` that the
-    search will run first whatever the state (the ranked candidates): it
-    runs in the same statement as the state, one round trip instead of
-    two. Its rows are None when it was not run (no such table, or it
-    failed: the caller runs it again itself and meets the error).
-    """
-    schema, meta_json, default, found = _read(conn, probe)
+def read_state(conn: Any) -> FtsState:
+    """The FTS state seen by ``conn``'s current read transaction."""
+    schema, meta_json, default = _read(conn)
     meta = json.loads(meta_json) if meta_json and meta_json != "{}" else {}
     gap = None
     if meta.get("fts_rebuild_high_water") is not None:
@@ -156,7 +112,7 @@ def read_state(conn: Any, probe: Probe | None = None) -> tuple[FtsState, list[An
         if high > 0:
             gap = (done, high)
     cjk = schema.cjk_loaded and "fts_cjk_stale" not in meta and "fts_cjk_rebuild_high_water" not in meta
-    state = FtsState(
+    return FtsState(
         base=BASE in schema.tables,
         trigram=TRIGRAM in schema.tables,
         cjk=cjk,
@@ -164,4 +120,3 @@ def read_state(conn: Any, probe: Probe | None = None) -> tuple[FtsState, list[An
         gap=gap,
         default_rank=default,
     )
-    return state, found
