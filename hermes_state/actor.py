@@ -221,11 +221,7 @@ class WriterActor:
                 retried = batch
                 self.retried_batches += 1  # nothing of it committed: once more, without withdrawn callers
                 continue
-            for item in batch:
-                if not item.future.done():
-                    self.failed += 1
-                    item.future.set_exception(error)
-            self._maybe_log()
+            self._fail(batch, error)
             return stop
 
     def _launch(self, start: StartBatch, batch: list[_Item], stop: bool, ended: asyncio.Future[_ChainEnd]) -> None:
@@ -283,6 +279,14 @@ class WriterActor:
                     )
                 )
 
+    def _fail(self, batch: list[_Item], error: BaseException) -> None:
+        """Fail the callers of a batch that raised as a whole (those still waiting)."""
+        for item in batch:
+            if not item.future.done():
+                self.failed += 1
+                item.future.set_exception(error)
+        self._maybe_log()
+
     def _resolve(self, live: list[_Item], outcomes: list[Outcome], started: float) -> None:
         """Count the applied batch, then resolve its callers' futures."""
         self._latencies.append((time.perf_counter() - started) * 1000.0)
@@ -325,11 +329,7 @@ class WriterActor:
             self._abandon(batch)
             raise
         except Exception as exc:
-            for item in batch:
-                if not item.future.done():
-                    self.failed += 1
-                    item.future.set_exception(exc)
-            self._maybe_log()
+            self._fail(batch, exc)
             return
         if applied is None:
             return
