@@ -40,6 +40,8 @@ from __future__ import annotations
 import logging
 from typing import Any, NamedTuple
 
+from ..sqlite.search.sanitize import CJK_RANGES
+
 __all__ = [
     "CJK_INDEX",
     "CJK_ROWS",
@@ -66,10 +68,9 @@ SEARCH_COLUMN = "search_vector"
 SEARCH_INDEX = "messages_hermes_search_idx"
 TIME_INDEX = "messages_hermes_time_idx"
 CJK_INDEX = "messages_hermes_cjk_idx"
-# The code points spec section 4.3 counts as CJK (sanitize.is_cjk_codepoint), as a regex class
-# built with chr() so the SQL text stays ASCII.
-_CJK_RANGES = ((0x3000, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0x20000, 0x2A6DF))
-_CJK_CLASS = "'[' || " + " || ".join(f"chr({a}) || '-' || chr({b})" for a, b in _CJK_RANGES) + " || ']'"
+# The code points spec section 4.3 counts as CJK, as a regex class built with chr() so the SQL
+# text stays ASCII.
+_CJK_CLASS = "'[' || " + " || ".join(f"chr({a}) || '-' || chr({b})" for a, b in CJK_RANGES) + " || ']'"
 # True for a row holding CJK text in a searched column; a query must repeat it verbatim.
 CJK_ROWS = f"((coalesce(content, '') || coalesce(tool_name, '') || coalesce(tool_calls, '')) ~ ({_CJK_CLASS}))"
 TRIGRAM_INDEX = "messages_hermes_trgm_idx"

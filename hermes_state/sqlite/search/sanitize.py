@@ -17,6 +17,7 @@ __all__ = [
     "BooleanGroup",
     "boolean_groups",
     "contains_cjk",
+    "CJK_RANGES",
     "count_cjk",
     "gap_terms",
     "has_lone_cjk_run",
@@ -133,17 +134,17 @@ def sanitize_fts5_query(query: str) -> str:
 # --------------------------------------------------------------------- CJK
 
 
+# The code points spec §4.3 counts as CJK (ideographs, kana, Hangul, CJK
+# symbols), as inclusive ranges: the one list the checks here and the
+# PostgreSQL CJK index expression are built from.
+CJK_RANGES = ((0x3000, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0x20000, 0x2A6DF))
+# The same as one character class: every search asks.
+_CJK_CHAR = re.compile("[" + "".join(f"{chr(low)}-{chr(high)}" for low, high in CJK_RANGES) + "]")
+
+
 def is_cjk_codepoint(cp: int) -> bool:
     """True for the code points spec §4.3 counts as CJK (ideographs, kana, Hangul, CJK symbols)."""
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x3000 <= cp <= 0x303F
-        or 0x3040 <= cp <= 0x309F
-        or 0x30A0 <= cp <= 0x30FF
-        or 0xAC00 <= cp <= 0xD7AF
-    )
+    return any(low <= cp <= high for low, high in CJK_RANGES)
 
 
 def _is_cjk_letter(cp: int) -> bool:
@@ -163,12 +164,6 @@ def _is_cjk_letter(cp: int) -> bool:
     return is_cjk_codepoint(cp)
 
 
-# The ranges of is_cjk_codepoint as one character class: every search asks.
-_CJK_CHAR = re.compile(
-    "[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\u3000-\u303f\u3040-\u309f\u30a0-\u30ff\uac00-\ud7af]"
-)
-
-
 def contains_cjk(text: str) -> bool:
     """True when any character of ``text`` is CJK."""
     return not text.isascii() and _CJK_CHAR.search(text) is not None
@@ -176,7 +171,7 @@ def contains_cjk(text: str) -> bool:
 
 def count_cjk(text: str) -> int:
     """Number of CJK characters in ``text``."""
-    return sum(1 for ch in text if is_cjk_codepoint(ord(ch)))
+    return 0 if text.isascii() else len(_CJK_CHAR.findall(text))
 
 
 def has_lone_cjk_run(text: str) -> bool:
