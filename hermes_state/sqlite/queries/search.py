@@ -251,12 +251,18 @@ def _phrase_count(match: str) -> int:
     return len(query_phrases(match))
 
 
-@functools.lru_cache(maxsize=None)
-def _ranked_sql(table: str, inline: bool) -> str:
-    """The ranked statement of :func:`_ranked_ids`, built once per table and kind."""
+@functools.lru_cache(maxsize=64)
+def _ranked_sql(table: str, inline: bool, count: int) -> str:
+    """The ranked statement of :func:`_ranked_ids`.
+
+    FTS5's ``ORDER BY rank`` reads the LIMIT's value while planning (the
+    sorter keeps only that many rows), so SQLite recompiles such a statement
+    whenever its bound LIMIT is bound again: on every run. The count is part
+    of that statement's text instead; the ``bm25()`` form takes it bound.
+    """
     if not inline:
         return f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?"
-    return f"SELECT rowid, {_inline_snippet(table)} FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
+    return f"SELECT rowid, {_inline_snippet(table)} FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT {int(count)}"
 
 
 def _ranked_ids(conn: Any, table: str, match: str, count: int, inline: bool) -> tuple[list[int], dict[int, Any]]:
@@ -270,9 +276,10 @@ def _ranked_ids(conn: Any, table: str, match: str, count: int, inline: bool) -> 
     rank``, which builds each snippet for the rows it returns only, in the
     same pass.
     """
-    rows = conn.execute(_ranked_sql(table, inline), (match, count)).fetchall()
     if not inline:
+        rows = conn.execute(_ranked_sql(table, False, 0), (match, count)).fetchall()
         return [r[0] for r in rows], {}
+    rows = conn.execute(_ranked_sql(table, True, count), (match,)).fetchall()
     return [r[0] for r in rows], {r[0]: r[1] for r in rows if r[1] is not None}
 
 

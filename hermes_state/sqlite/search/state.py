@@ -31,8 +31,13 @@ _META_KEYS = (
     "fts_cjk_rebuild_high_water",
     "fts_cjk_rebuild_progress",
 )
-_META_SQL = "(SELECT json_group_object(key, value) FROM state_meta WHERE key IN ({}))".format(
-    ", ".join("?" * len(_META_KEYS))
+# Every marker starts with "fts_" and ends in one of these: one range seek on
+# the key index and a filter. "key IN (?, ...)" builds an ephemeral index of
+# the list on every run, which made it the dearest part of the statement.
+assert all(key.endswith(("_stale", "_high_water", "_progress")) for key in _META_KEYS)
+_META_SQL = (
+    "(SELECT json_group_object(key, value) FROM state_meta WHERE key >= 'fts_' AND key < 'fts`' "
+    "AND (key GLOB '*_stale' OR key GLOB '*_high_water' OR key GLOB '*_progress'))"
 )
 _TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)"
 
@@ -79,14 +84,14 @@ def _read(conn: Any) -> tuple[_Schema, Any, frozenset[str]]:
         if schema is None:
             schema = _local.schema = _schema(conn)
         try:
-            row = conn.execute(schema.sql, _META_KEYS).fetchone()
+            row = conn.execute(schema.sql).fetchone()
         except DB_ERRORS:
             if _cached(conn) is not schema or not schema.ranked:
                 raise
             # A dropped or damaged _config table: read the markers alone, and
             # treat every rank as configured (the searches then take the
             # generic statement, which reports the damage if there is any).
-            row = conn.execute(f"SELECT schema_version, {_META_SQL} FROM pragma_schema_version", _META_KEYS).fetchone()
+            row = conn.execute(f"SELECT schema_version, {_META_SQL} FROM pragma_schema_version").fetchone()
             if row[0] != schema.cookie:
                 schema = None
                 continue
