@@ -177,6 +177,15 @@ class SearchTimeoutError(TimeoutError):
         )
 
 
+class FtsRepairNeeded(Exception):
+    """Internal: a search met a corrupt full-text index.
+
+    A backend's search raises it (only when asked to); the facade then
+    rebuilds the index through the writer and searches again. Callers of
+    the store never see it.
+    """
+
+
 class StatementTimeoutError(TimeoutError):
     """The server cancelled a statement that ran past its ``statement_timeout`` (PostgreSQL 57014).
 

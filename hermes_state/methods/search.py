@@ -28,7 +28,7 @@ from ..commands.search import (
     ResetStaleCjkIndex,
     SettleFtsStorage,
 )
-from ..errors import OperationalError, SearchTimeoutError
+from ..errors import FtsRepairNeeded, OperationalError, SearchTimeoutError
 from ..facade import StoreBase, count_arg, opt_text
 from ..limits import INT64_MAX
 from .deadline import Deadline
@@ -189,8 +189,6 @@ class SearchMethods(StoreBase):
         return hits
 
     async def _search_with_repair(self, args: tuple[Any, ...], slow_ms: float) -> list[dict[str, Any]]:
-        from ..sqlite.queries.search import FtsRepairNeeded
-
         repairable = not self.read_only and not getattr(self, "_search_fts_repaired", False)
         try:
             return await self._query("search_messages_rows", *args, repairable, slow_ms)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ...errors import FtsRepairNeeded
 from ...limits import INT64_MAX
 from ..driver import driver_module
 from ..search.fts_schema import (
@@ -66,10 +67,6 @@ __all__ = [
 log = logging.getLogger("hermes_state.search")
 
 _SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
-
-
-class FtsRepairNeeded(Exception):
-    """A search met a corrupt FTS index; the facade rebuilds it in place and asks again."""
 
 
 def _is_db_error(exc: BaseException) -> bool:
