@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,37 @@ ONE_BACKEND_BULK: dict[str, str] = {}
 
 def _one_sided(left: set[str], right: set[str], allowed: dict[str, str]) -> list[str]:
     return sorted((left ^ right) - set(allowed))
+
+
+# The layers above the backends: they name queries and commands, never a driver or SQL.
+NEUTRAL_MODULES = ("facade.py", "actor.py", "store.py", "backend.py", "conversation.py", "rules.py", "methods", "commands")
+DRIVERS = {"sqlite3", "aiosqlite", "pysqlite3", "asyncpg"}
+# The one sanctioned reach down: the facade builds the default (SQLite) backend.
+ALLOWED_BACKEND_IMPORTS = {("facade.py", ".sqlite.backend")}
+
+
+def _imports(path: Path) -> list[str]:
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):  # function bodies included
+        if isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.append("." * node.level + (node.module or ""))
+    return found
+
+
+def test_layers_above_the_backends_import_no_driver_and_no_backend() -> None:
+    offending = []
+    for name in NEUTRAL_MODULES:
+        target = PACKAGE / name
+        for path in sorted(target.rglob("*.py")) if target.is_dir() else [target]:
+            rel = path.relative_to(PACKAGE).as_posix()
+            for module in _imports(path):
+                parts = module.lstrip(".").split(".")
+                backend = module.startswith(".") and parts[0] in ("sqlite", "postgres")
+                if parts[0] in DRIVERS or (backend and (rel, module) not in ALLOWED_BACKEND_IMPORTS):
+                    offending.append(f"{rel}: {module}")
+    assert offending == []
 
 
 def test_query_registries_agree() -> None:
