@@ -46,6 +46,7 @@ from ..schema import SEARCH_COLUMN
 from ..search_schema import CJK_ROWS, TRIGRAM_DOCUMENT
 from .lineage_sql import last_active_sql
 from .registry import query
+from .search_form import match_fraction, prefer_bitmap, term_stats
 
 __all__ = [
     "CUSTOM_PLANS",
@@ -60,6 +61,7 @@ __all__ = [
     "short_terms",
     "substring_search_statement",
     "tsquery_parts",
+    "word_search_form",
     "word_search_statement",
 ]
 
@@ -273,7 +275,7 @@ async def _fetch_planned(conn: Any, statement: tuple[str, list[Any]]) -> list[An
     return await conn.fetch(statement[0], *statement[1])
 
 
-def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, list[Any]]:
+def _ranked_statement(req: _Search, tsq: str, params: list[Any], bitmap: bool = False) -> tuple[str, list[Any]]:
     """Relevance order: ``ts_rank`` DESC (then id) within windows of RANK_WINDOW matches, newest window first.
 
     Window k holds the matches ranked k*W+1 .. (k+1)*W by id descending (commit
@@ -283,6 +285,10 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, l
     key backwards (the planner's choice when most rows match) and a rare word's
     matches come from the GIN bitmap, so neither ranks more than a window or two.
     A query with at most RANK_WINDOW matches is ranked as a whole, as before.
+
+    ``bitmap``: order the matches by ``id + 0``, which no index provides, so
+    that they are read from the GIN bitmap and sorted, never by the backward
+    walk (see :mod:`.search_form`); the candidates are the same.
     """
     where = [f"m.{SEARCH_COLUMN} @@ ({tsq})", *req.filters(params)]
     # The session row is needed only to filter by source.
@@ -292,10 +298,11 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, l
     span = None if end > _ALL_ROWS else -(-end // RANK_WINDOW) * RANK_WINDOW - first
     params.extend([span, first, RANK_WINDOW, req.limit, req.offset - first])
     n = len(params)
+    order = "m.id + 0" if bitmap else "m.id"
     # The page is cut before its rows are read: only LIMIT rows are joined for their columns.
     sql = (
         f"WITH candidate AS (SELECT m.id, m.{SEARCH_COLUMN} AS doc FROM messages AS m {join}"
-        f"WHERE {' AND '.join(where)} ORDER BY m.id DESC LIMIT ${n - 4} OFFSET ${n - 3}), "
+        f"WHERE {' AND '.join(where)} ORDER BY {order} DESC LIMIT ${n - 4} OFFSET ${n - 3}), "
         f"ranked AS (SELECT id, (row_number() OVER (ORDER BY id DESC) - 1) / ${n - 2} AS win, "
         f"ts_rank(doc, ({tsq})) AS rank FROM candidate), "
         f"page AS (SELECT id, win, rank FROM ranked ORDER BY win, rank DESC, id LIMIT ${n - 1} OFFSET ${n}) "
@@ -305,28 +312,55 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, l
     return sql, params
 
 
-def _word_statement(req: _Search) -> tuple[str, list[Any]] | None:
+def _word_statement(req: _Search, bitmap: bool = False) -> tuple[str, list[Any]] | None:
     tsq, params = tsquery_parts(req.query)
     if tsq is None:
         return None
     if req.sort not in ("newest", "oldest"):
-        return _ranked_statement(req, tsq, list(params))
+        return _ranked_statement(req, tsq, list(params), bitmap)
     rank = f"ts_rank(m.{SEARCH_COLUMN}, ({tsq}))"
     return _statement(req, f"m.{SEARCH_COLUMN} @@ ({tsq})", list(params), _time_order(req, rank))
 
 
 def word_search_statement(
-    text: str, limit: int = 20, offset: int = 0, sort: str | None = None
+    text: str, limit: int = 20, offset: int = 0, sort: str | None = None, bitmap: bool = False
 ) -> tuple[str, list[Any]] | None:
     """The statement (and parameters) ``search_messages(text, limit=, offset=, sort=)`` runs on the word index.
 
-    For ``EXPLAIN`` and the benchmark's bare statement; None when nothing searchable is left.
+    ``bitmap``: the form :func:`word_search_form` chose. For ``EXPLAIN`` and
+    the benchmark's bare statement; None when nothing searchable is left.
     """
-    return _word_statement(_Search(sanitize_fts5_query(text), None, None, None, limit, offset, sort, False, False))
+    req = _Search(sanitize_fts5_query(text), None, None, None, limit, offset, sort, False, False)
+    return _word_statement(req, bitmap)
+
+
+async def _bitmap_form(conn: Any, req: _Search) -> bool:
+    """True when the relevance statement of ``req`` should read every match (see :mod:`.search_form`).
+
+    Only for the default filter (a filter on role or source is not in the
+    estimate) and without prefixes (the backward walk tests a prefix for about
+    what the bitmap costs per match: measured, the planner's choice was as good).
+    """
+    if req.sources is not None or req.excluded or req.roles is not None or req.sort in ("newest", "oldest"):
+        return False
+    parsed = _groups(req.query)
+    if not parsed or any(i.prefix for p, n in parsed for i in [*p, *n]):
+        return False
+    stats = await term_stats(conn)
+    if stats is None:
+        return False
+    needed = -(-(req.offset + req.limit) // RANK_WINDOW) * RANK_WINDOW
+    groups = [([i.text for i in p], [i.text for i in n]) for p, n in parsed]
+    return prefer_bitmap(stats, match_fraction(stats, groups), needed)
+
+
+async def word_search_form(conn: Any, text: str, limit: int = 20, offset: int = 0) -> bool:
+    """The ``bitmap`` argument of :func:`word_search_statement` that ``search_messages`` would use (the benchmark's)."""
+    return await _bitmap_form(conn, _Search(sanitize_fts5_query(text), None, None, None, limit, offset, None, False, False))
 
 
 async def _word_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
-    statement = _word_statement(req)
+    statement = _word_statement(req, await _bitmap_form(conn, req))
     if statement is None:
         return []
     rows = await _fetch_planned(conn, statement)
