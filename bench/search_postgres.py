@@ -21,7 +21,8 @@ snippets, context or row decoding):
 
   word classes       the store's relevance statement (``word_search_statement``:
                      the stored-vector GIN match, ts_rank over windows of
-                     ``RANK_WINDOW`` matches, LIMIT 20), in the form the store
+                     ``RANK_WINDOW`` matches, LIMIT 20, with the context
+                     windows of the page's rows), in the form the store
                      chooses from the column statistics (``word_search_form``)
   substring classes  the statements of the substring route, as the store runs
                      them: the word statement (no hit; not for CJK), for
@@ -204,7 +205,7 @@ def bare_statements(
     )
     from hermes_state.sqlite.search.sanitize import contains_cjk, sanitize_fts5_query
 
-    word = word_search_statement(query, LIMIT, bitmap=bitmap)
+    word = word_search_statement(query, LIMIT, bitmap=bitmap, context=cls not in SUBSTRING_CLASSES)
     if cls == "cjk-short":
         return [like_scan_statement(query, LIMIT, probe=True), like_scan_statement(query, LIMIT)], None
     if cls in SUBSTRING_CLASSES:

@@ -162,6 +162,7 @@ class _Search(NamedTuple):
     sort: str | None
     include_inactive: bool
     with_snippet: bool
+    with_context: bool = False
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -204,13 +205,14 @@ def _plain(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _hit(record: Any, pattern: re.Pattern[str] | None, substring: bool) -> dict[str, Any]:
+def _hit(record: Any, pattern: re.Pattern[str] | None, substring: bool, context: bool = False) -> dict[str, Any]:
+    """A result dict (``content`` decoded, removed later); ``context``: the record holds :data:`_CONTEXT_COLUMNS`."""
     content = _content(record)
     snippet = None
     if pattern is not None:
         texts = [_plain(content), record["tool_name"] or "", record["tool_calls"] or ""]
         snippet = next((s for s in (bounded_snippet(t, pattern, substring) for t in texts) if s is not None), None)
-    return {
+    hit = {
         "id": record["id"],
         "session_id": record["session_id"],
         "role": record["role"],
@@ -222,6 +224,9 @@ def _hit(record: Any, pattern: re.Pattern[str] | None, substring: bool) -> dict[
         "session_started": record["session_started"],
         "content": content,
     }
+    if context:
+        hit["context"] = _window(record, hit)
+    return hit
 
 
 def _time_order(req: _Search, rank: str) -> str:
@@ -288,7 +293,8 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any], bitmap: bool = 
 
     ``bitmap``: order the matches by ``id + 0``, which no index provides, so
     that they are read from the GIN bitmap and sorted, never by the backward
-    walk (see :mod:`.search_form`); the candidates are the same.
+    walk (see :mod:`.search_form`); the candidates are the same. With
+    ``req.with_context`` each row also holds :data:`_CONTEXT_COLUMNS`.
     """
     where = [f"m.{SEARCH_COLUMN} @@ ({tsq})", *req.filters(params)]
     # The session row is needed only to filter by source.
@@ -299,6 +305,11 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any], bitmap: bool = 
     params.extend([span, first, RANK_WINDOW, req.limit, req.offset - first])
     n = len(params)
     order = "m.id + 0" if bitmap else "m.id"
+    # The context windows of the page's rows come in the same statement (one round trip fewer).
+    columns, joins = _HIT_COLUMNS, ""
+    if req.with_context:
+        columns += f", {_CONTEXT_COLUMNS}"
+        joins = _context_joins("m.session_id", "m.timestamp", "m.id") + " "
     # The page is cut before its rows are read: only LIMIT rows are joined for their columns.
     sql = (
         f"WITH candidate AS (SELECT m.id, m.{SEARCH_COLUMN} AS doc FROM messages AS m {join}"
@@ -306,8 +317,8 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any], bitmap: bool = 
         f"ranked AS (SELECT id, (row_number() OVER (ORDER BY id DESC) - 1) / ${n - 2} AS win, "
         f"ts_rank(doc, ({tsq})) AS rank FROM candidate), "
         f"page AS (SELECT id, win, rank FROM ranked ORDER BY win, rank DESC, id LIMIT ${n - 1} OFFSET ${n}) "
-        f"SELECT {_HIT_COLUMNS} FROM page AS r JOIN messages AS m ON m.id = r.id "
-        f"JOIN sessions AS s ON s.id = m.session_id ORDER BY r.win, r.rank DESC, r.id"
+        f"SELECT {columns} FROM page AS r JOIN messages AS m ON m.id = r.id "
+        f"JOIN sessions AS s ON s.id = m.session_id {joins}ORDER BY r.win, r.rank DESC, r.id"
     )
     return sql, params
 
@@ -323,14 +334,16 @@ def _word_statement(req: _Search, bitmap: bool = False) -> tuple[str, list[Any]]
 
 
 def word_search_statement(
-    text: str, limit: int = 20, offset: int = 0, sort: str | None = None, bitmap: bool = False
+    text: str, limit: int = 20, offset: int = 0, sort: str | None = None, bitmap: bool = False, context: bool = False
 ) -> tuple[str, list[Any]] | None:
     """The statement (and parameters) ``search_messages(text, limit=, offset=, sort=)`` runs on the word index.
 
-    ``bitmap``: the form :func:`word_search_form` chose. For ``EXPLAIN`` and
-    the benchmark's bare statement; None when nothing searchable is left.
+    ``bitmap``: the form :func:`word_search_form` chose; ``context``: with the
+    context windows, as for ``search_messages`` without ``fields``. For
+    ``EXPLAIN`` and the benchmark's bare statement; None when nothing
+    searchable is left.
     """
-    req = _Search(sanitize_fts5_query(text), None, None, None, limit, offset, sort, False, False)
+    req = _Search(sanitize_fts5_query(text), None, None, None, limit, offset, sort, False, False, context)
     return _word_statement(req, bitmap)
 
 
@@ -365,7 +378,8 @@ async def _word_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
         return []
     rows = await _fetch_planned(conn, statement)
     pattern = phrase_pattern(req.query, False) if req.with_snippet else None
-    return [_hit(r, pattern, False) for r in rows]
+    context = req.with_context and req.sort not in ("newest", "oldest")  # the relevance statement's
+    return [_hit(r, pattern, False, context) for r in rows]
 
 
 def _ilike(params: list[Any], term: str) -> str:
@@ -537,18 +551,41 @@ async def _route(conn: Any, req: _Search) -> tuple[str, list[dict[str, Any]]]:
     return "fts5", hits
 
 
-_CONTEXT_SQL = f"""
-SELECT hit.id,
-  b.role AS b_role, b.content_kind AS b_kind, left(b.content, {_CLIP_CHARS}) AS b_text, b.content_bytes AS b_raw,
-  a.role AS a_role, a.content_kind AS a_kind, left(a.content, {_CLIP_CHARS}) AS a_text, a.content_bytes AS a_raw
-FROM unnest($1::bigint[], $2::text[], $3::double precision[]) AS hit(id, sid, ts)
-LEFT JOIN LATERAL (SELECT x.role, x.content_kind, x.content, x.content_bytes FROM messages AS x
-    WHERE x.session_id = hit.sid AND (x.timestamp, x.id) < (hit.ts, hit.id)
-    ORDER BY x.timestamp DESC, x.id DESC LIMIT 1) AS b ON true
-LEFT JOIN LATERAL (SELECT x.role, x.content_kind, x.content, x.content_bytes FROM messages AS x
-    WHERE x.session_id = hit.sid AND (x.timestamp, x.id) > (hit.ts, hit.id)
-    ORDER BY x.timestamp ASC, x.id ASC LIMIT 1) AS a ON true
-"""
+# The message before and after a hit in its session (any active state), as columns of the hit's row.
+_CONTEXT_COLUMNS = (
+    f"b.role AS b_role, b.content_kind AS b_kind, left(b.content, {_CLIP_CHARS}) AS b_text, b.content_bytes AS b_raw, "
+    f"a.role AS a_role, a.content_kind AS a_kind, left(a.content, {_CLIP_CHARS}) AS a_text, a.content_bytes AS a_raw"
+)
+
+
+def _context_joins(sid: str, ts: str, hit_id: str) -> str:
+    """The lateral joins :data:`_CONTEXT_COLUMNS` reads, for the hit whose columns these expressions name."""
+    near = "SELECT x.role, x.content_kind, x.content, x.content_bytes FROM messages AS x WHERE x.session_id = {sid} "
+    return (
+        f"LEFT JOIN LATERAL ({near.format(sid=sid)}AND (x.timestamp, x.id) < ({ts}, {hit_id}) "
+        "ORDER BY x.timestamp DESC, x.id DESC LIMIT 1) AS b ON true "
+        f"LEFT JOIN LATERAL ({near.format(sid=sid)}AND (x.timestamp, x.id) > ({ts}, {hit_id}) "
+        "ORDER BY x.timestamp ASC, x.id ASC LIMIT 1) AS a ON true"
+    )
+
+
+_CONTEXT_SQL = (
+    f"SELECT hit.id, {_CONTEXT_COLUMNS} "
+    "FROM unnest($1::bigint[], $2::text[], $3::double precision[]) AS hit(id, sid, ts) "
+    + _context_joins("hit.sid", "hit.ts", "hit.id")
+)
+
+
+def _window(record: Any, hit: dict[str, Any]) -> list[dict[str, Any]]:
+    """The context of ``hit`` from a record holding :data:`_CONTEXT_COLUMNS` (None: no such record)."""
+
+    def near(side: str) -> list[dict[str, Any]]:
+        if record is None or record[f"{side}_role"] is None:
+            return []
+        content = from_columns(record[f"{side}_kind"], record[f"{side}_text"], record[f"{side}_raw"])
+        return [{"role": record[f"{side}_role"], "content": context_text(content)}]
+
+    return [*near("b"), {"role": hit["role"], "content": context_text(hit["content"])}, *near("a")]
 
 
 async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -557,17 +594,7 @@ async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dic
         _CONTEXT_SQL, [h["id"] for h in hits], [h["session_id"] for h in hits], [h["timestamp"] for h in hits]
     )
     by_id = {r["id"]: r for r in rows}
-    windows: dict[int, list[dict[str, Any]]] = {}
-    for hit in hits:
-        r = by_id.get(hit["id"])
-        window = []
-        if r is not None and r["b_role"] is not None:
-            window.append({"role": r["b_role"], "content": context_text(from_columns(r["b_kind"], r["b_text"], r["b_raw"]))})
-        window.append({"role": hit["role"], "content": context_text(hit["content"])})
-        if r is not None and r["a_role"] is not None:
-            window.append({"role": r["a_role"], "content": context_text(from_columns(r["a_kind"], r["a_text"], r["a_raw"]))})
-        windows[hit["id"]] = window
-    return windows
+    return {hit["id"]: _window(by_id.get(hit["id"]), hit) for hit in hits}
 
 
 @query
@@ -594,14 +621,16 @@ async def search_messages_rows(
     sanitized = sanitize_fts5_query(text)
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
-    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet)
+    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context)
     await conn.execute(CUSTOM_PLANS)
     route, hits = await _route(conn, req)
-    windows = await _contexts(conn, hits) if with_context and hits else {}
+    # The relevance statement brings the context windows with the hits; other routes ask for them.
+    pending = [hit for hit in hits if "context" not in hit] if with_context else []
+    windows = await _contexts(conn, pending) if pending else {}
     for hit in hits:
         del hit["content"]
-        if with_context:
-            hit["context"] = windows.get(hit["id"], [])
+        if with_context and hit["id"] in windows:
+            hit["context"] = windows[hit["id"]]
     elapsed = (time.perf_counter() - started) * 1000.0
     if elapsed >= slow_ms:
         log.info("slow session search: path=%s elapsed=%.0fms rows=%d query=%r", route, elapsed, len(hits), text[:200])
