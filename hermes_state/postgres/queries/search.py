@@ -45,7 +45,7 @@ from ..content import from_columns
 from ..schema import SEARCH_COLUMN
 from ..search_schema import CJK_ROWS, TRIGRAM_DOCUMENT
 from .lineage_sql import last_active_sql
-from .registry import query
+from .registry import query, query_begun_with
 from .search_form import match_fraction, prefer_bitmap, term_stats
 
 __all__ = [
@@ -83,7 +83,8 @@ _ALL_ROWS = 2**62
 # asyncpg reuses one prepared statement per SQL text, and after five runs the server may
 # switch it to a generic plan, which cannot see how many rows a tsquery or an ILIKE pattern
 # matches: "the" would then be ranked through a bitmap of every message instead of a
-# backwards walk of the newest. SET LOCAL lasts until the reader's read transaction ends.
+# backwards walk of the newest. SET LOCAL lasts until the reader's read transaction ends;
+# the reader sends it with that transaction's BEGIN (query_begun_with).
 CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
 _ITEM = re.compile(r'"((?:[^"]|"")*)"(\*?)|(\S+)')
 
@@ -597,7 +598,7 @@ async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dic
     return {hit["id"]: _window(by_id.get(hit["id"]), hit) for hit in hits}
 
 
-@query
+@query_begun_with(CUSTOM_PLANS)
 async def search_messages_rows(
     conn: Any,
     text: str,
@@ -622,7 +623,6 @@ async def search_messages_rows(
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
     req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context)
-    await conn.execute(CUSTOM_PLANS)
     route, hits = await _route(conn, req)
     # The relevance statement brings the context windows with the hits; other routes ask for them.
     pending = [hit for hit in hits if "context" not in hit] if with_context else []
