@@ -81,12 +81,12 @@ class PostgresReader:
 
     @staticmethod
     async def _run(pool: ConnectionPool, fn: Any, args: tuple[Any, ...], begin_with: str | None) -> Any:
-        async with pool.acquire() as conn:
-            if begin_with is None:
+        if begin_with is None:
+            async with pool.acquire() as conn:
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
                     return await fn(conn, *args)
-            # One round trip for BEGIN and the query's own SET LOCAL.
-            await conn.execute(f"{_BEGIN_READ}; {begin_with}")
+        # BEGIN and the query's own SET LOCAL in one round trip, which is also the pre-ping.
+        async with pool.acquire(first=f"{_BEGIN_READ}; {begin_with}") as conn:
             try:
                 result = await fn(conn, *args)
             except BaseException:
