@@ -17,12 +17,12 @@ During the measurement 10 writer tasks append through the same store (one
 append every ``--interval`` s each). Each query is timed twice in the same
 round, under the same load: through ``search_messages(limit=20)``, and as
 the bare statement that serves it, run on a plain asyncpg connection (no
-snippets, context or row decoding):
+snippets or row decoding; the statement that returns hits reads their
+context windows, as the store's does):
 
   word classes       the store's relevance statement (``word_search_statement``:
                      the stored-vector GIN match, ts_rank over windows of
-                     ``RANK_WINDOW`` matches, LIMIT 20, with the context
-                     windows of the page's rows), in the form the store
+                     ``RANK_WINDOW`` matches, LIMIT 20), in the form the store
                      chooses from the column statistics (``word_search_form``)
   substring classes  the statements of the substring route, as the store runs
                      them: the word statement (no hit; not for CJK), for
@@ -205,11 +205,13 @@ def bare_statements(
     )
     from hermes_state.sqlite.search.sanitize import contains_cjk, sanitize_fts5_query
 
+    # The store reads the hits' context windows in the statement that returns them.
     word = word_search_statement(query, LIMIT, bitmap=bitmap, context=cls not in SUBSTRING_CLASSES)
     if cls == "cjk-short":
-        return [like_scan_statement(query, LIMIT, probe=True), like_scan_statement(query, LIMIT)], None
+        return [like_scan_statement(query, LIMIT, True, True), like_scan_statement(query, LIMIT, False, True)], None
     if cls in SUBSTRING_CLASSES:
-        probe, full = substring_search_statement(query, LIMIT, probe=True), substring_search_statement(query, LIMIT)
+        probe = substring_search_statement(query, LIMIT, probe=True, context=True)
+        full = substring_search_statement(query, LIMIT, context=True)
         assert probe is not None and full is not None
         steps = [probe, full] if short_terms(sanitize_fts5_query(query).strip('"').strip()) else [full]
         return (steps if contains_cjk(query) or word is None else [word, *steps]), None

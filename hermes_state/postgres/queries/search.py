@@ -241,7 +241,8 @@ def _statement(
 ) -> tuple[str, list[Any]]:
     """The page of hits of ``match_sql`` in ``order``; ``probe`` ("DESC"/"ASC"): only among the
     PROBE_ROWS rows at that end of (timestamp, id) order of the rows where ``among`` holds
-    (a condition every hit meets)."""
+    (a condition every hit meets). In (timestamp, id) order with ``req.with_context``, each row
+    also holds :data:`_CONTEXT_COLUMNS`, read for the page's rows only."""
     where = [match_sql, *req.filters(params)]
     params.extend([req.limit, req.offset])
     rows = "messages" if probe is None else (
@@ -252,7 +253,17 @@ def _statement(
         f"WHERE {' AND '.join(where)} ORDER BY {order} "
         f"LIMIT ${len(params) - 1} OFFSET ${len(params)}"
     )
+    direction = _TIME_ORDERS.get(order)
+    if req.with_context and direction is not None:
+        sql = (
+            f"SELECT h.*, {_CONTEXT_COLUMNS} FROM ({sql}) AS h {_context_joins('h.session_id', 'h.timestamp', 'h.id')} "
+            f"ORDER BY h.timestamp {direction}, h.id {direction}"
+        )
     return sql, params
+
+
+# The orders of routes that read hits in (timestamp, id) order, and their direction.
+_TIME_ORDERS = {f"m.timestamp {d}, m.id {d}": d for d in ("ASC", "DESC")}
 
 
 Match = tuple[str, list[Any]]  # (SQL condition, its parameters)
@@ -422,13 +433,14 @@ def _cjk_like_match(raw: str) -> tuple[Match, str]:
     return (match, params), "true"
 
 
-def like_scan_statement(text: str, limit: int = 20, probe: bool = False) -> tuple[str, list[Any]]:
-    """The statement of the CJK LIKE route for ``text`` (``probe``: its first try, over the newest rows).
+def like_scan_statement(text: str, limit: int = 20, probe: bool = False, context: bool = False) -> tuple[str, list[Any]]:
+    """The statement of the CJK LIKE route for ``text`` (``probe``: its first try, over the newest rows;
+    ``context``: with the context windows).
 
     For ``EXPLAIN`` and the benchmark's bare statements.
     """
     sanitized = sanitize_fts5_query(text)
-    req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
+    req = _Search(sanitized, None, None, None, limit, 0, None, False, False, context)
     (match, params), among = _cjk_like_match(sanitized.strip('"').strip())
     return _statement(req, match, params, "m.timestamp DESC, m.id DESC", "DESC" if probe else None, among)
 
@@ -438,7 +450,7 @@ async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     tokens = _like_tokens(raw)
     match, among = _cjk_like_match(raw)
     rows = await _run_in_time_order(conn, req, match, match, "DESC", among)
-    hits = [_hit(r, None, True) for r in rows]
+    hits = [_hit(r, None, True, req.with_context) for r in rows]
     if req.with_snippet:
         for hit in hits:
             hit["snippet"] = _like_snippet(hit["content"], tokens[0])
@@ -481,15 +493,17 @@ def _direction(req: _Search) -> str:
     return "ASC" if req.sort == "oldest" else "DESC"
 
 
-def substring_search_statement(text: str, limit: int = 20, probe: bool = False) -> tuple[str, list[Any]] | None:
+def substring_search_statement(
+    text: str, limit: int = 20, probe: bool = False, context: bool = False
+) -> tuple[str, list[Any]] | None:
     """The statement (and parameters) of the substring route for ``text`` (CJK, or a word query with no hit).
 
     ``probe``: the first statement the route tries, over the newest PROBE_ROWS
-    rows only. For ``EXPLAIN`` and the benchmark's bare statements; None when
-    nothing searchable is left.
+    rows only; ``context``: with the context windows. For ``EXPLAIN`` and the
+    benchmark's bare statements; None when nothing searchable is left.
     """
     sanitized = sanitize_fts5_query(text)
-    req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
+    req = _Search(sanitized, None, None, None, limit, 0, None, False, False, context)
     match = _substring_statement(req, sanitized.strip('"').strip(), indexed=not probe)
     if match is None:
         return None
@@ -519,7 +533,7 @@ async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, A
         order = f"m.timestamp {_direction(req)}, m.id {_direction(req)}"
         rows = await _fetch_planned(conn, _statement(req, full[0], full[1], order))
     pattern = phrase_pattern(quote_for_substring_index(raw), True) if req.with_snippet else None
-    return [_hit(r, pattern, True) for r in rows]
+    return [_hit(r, pattern, True, req.with_context) for r in rows]
 
 
 def _fts5_rejects(match: str) -> bool:
