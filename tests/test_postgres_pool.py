@@ -208,25 +208,3 @@ async def test_the_callers_first_command_runs_once_and_is_the_pre_ping(
             assert await conn.fetchval("SELECT pg_backend_pid()") != pid
             assert await conn.fetchval("SHOW application_name") == "hermes-first"
     assert pool.checkedout() == 0
-
-
-async def test_return_later_rolls_back_after_the_body_and_close_waits_for_it(make_pool: Any) -> None:
-    pool = await make_pool(pool_size=1, max_overflow=0, pool_pre_ping=False)
-    async with pool.acquire(first="BEGIN READ ONLY", return_later=True) as conn:
-        assert conn.is_in_transaction()
-    # The body is over; the connection comes back once its ROLLBACK has run.
-    for _ in range(100):
-        if pool.checkedin() == 1:
-            break
-        await asyncio.sleep(0.01)
-    assert pool.checkedin() == 1 and pool.checkedout() == 0
-    assert not pool._idle[0].conn.is_in_transaction()
-    # A body that raises is returned (rolled back) before the exception reaches the caller.
-    with pytest.raises(ZeroDivisionError):
-        async with pool.acquire(first="BEGIN READ ONLY", return_later=True) as conn:
-            1 / 0
-    assert pool.checkedin() == 1 and not pool._idle[0].conn.is_in_transaction()
-    async with pool.acquire(first="BEGIN READ ONLY", return_later=True) as conn:
-        held = conn
-    await pool.close()  # waits for the pending return, which closes the connection
-    assert held.is_closed() and pool.checkedout() == 0 and not pool._returning

@@ -85,11 +85,10 @@ class PostgresReader:
             async with pool.acquire() as conn:
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
                     return await fn(conn, *args)
-        # BEGIN and the query's own SET LOCAL in one round trip, which is also the pre-ping; the
-        # read-only transaction is ended by the pool's ROLLBACK after the result is returned.
-        async with pool.acquire(first=f"{_BEGIN_READ}; {begin_with}", return_later=True) as conn:
+        # BEGIN and the query's own SET LOCAL in one round trip, which is also the pre-ping.
+        async with pool.acquire(first=f"{_BEGIN_READ}; {begin_with}") as conn:
             try:
-                return await fn(conn, *args)
+                result = await fn(conn, *args)
             except BaseException:
                 # As asyncpg's transaction does: the ROLLBACK waits until a cancelled statement
                 # has ended on the server (the pool then discards the connection).
@@ -97,6 +96,8 @@ class PostgresReader:
                     with contextlib.suppress(Exception):
                         await conn.execute("ROLLBACK")
                 raise
+            await conn.execute("COMMIT")
+            return result
 
 
 class PostgresBackend:

@@ -22,9 +22,7 @@ What this module adds:
   ``BEGIN`` answers as well as ``SELECT 1``); if it is gone, every
   connection opened before now is marked for replacement and the checkout
   reconnects once;
-* return: an open transaction is rolled back (after the caller's body has
-  ended, in a task of its own, for a caller that asks: ``return_later``,
-  used by read-only transactions); a connection whose user was
+* return: an open transaction is rolled back; a connection whose user was
   cancelled or timed out mid-statement, or that lost its server, is
   terminated instead of reused, and its slot freed; a lost server also marks
   every connection opened before now for replacement (as a failed pre-ping);
@@ -77,7 +75,6 @@ class ConnectionPool:
         self._open = 0  # connections open or being opened, checked out or idle
         self._invalidated_before = 0.0
         self._closed = True
-        self._returning: set[asyncio.Task[None]] = set()  # returns left to run after the caller's body
 
     async def open(self) -> None:
         """Make the pool usable; no connection is opened until the first checkout."""
@@ -227,22 +224,18 @@ class ConnectionPool:
             self._put_back(entry)
 
     @asynccontextmanager
-    async def acquire(self, first: str | None = None, return_later: bool = False) -> AsyncIterator[Any]:
+    async def acquire(self, first: str | None = None) -> AsyncIterator[Any]:
         """Check a connection out for the ``async with`` body; raises PoolTimeoutError at capacity.
 
         ``first``: a command (no rows) to run before the body; with ``pool_pre_ping`` it is the
-        ping of a reused connection, one round trip instead of two. ``return_later``: after a
-        body that did not raise, the return (rolling back an open transaction: only for
-        read-only work) runs in a task of its own instead of before the ``async with`` ends.
+        ping of a reused connection, one round trip instead of two.
         """
         entry, ran = await self._checkout(first)
         discard = False
-        finished = False
         try:
             if first is not None and not ran:
                 await entry.conn.execute(first)
             yield entry.conn
-            finished = True
         except BaseException as exc:
             # Cancelled or timed out mid-statement, or the server went away: never reuse it.
             lost = is_disconnect(exc)
@@ -251,12 +244,7 @@ class ConnectionPool:
                 self._invalidated_before = time.monotonic()
             raise
         finally:
-            if finished and return_later:
-                task = asyncio.get_running_loop().create_task(self._checkin(entry, False))
-                self._returning.add(task)
-                task.add_done_callback(self._returning.discard)
-            else:
-                await asyncio.shield(self._checkin(entry, discard))
+            await asyncio.shield(self._checkin(entry, discard))
 
     # ----------------------------------------------------------------- metrics
 
@@ -279,8 +267,6 @@ class ConnectionPool:
     async def close(self) -> None:
         """Close the idle connections; ones still checked out close when returned."""
         self._closed = True
-        if self._returning:  # they close the connections they return (the pool is closed)
-            await asyncio.gather(*list(self._returning), return_exceptions=True)
         idle, self._idle = list(self._idle), deque()
         for entry in idle:
             self._open -= 1
