@@ -17,11 +17,13 @@ During the measurement 10 writer tasks append through the same store (one
 append every ``--interval`` s each). Each query is timed twice in the same
 round, under the same load: through ``search_messages(limit=20)``, and as
 the bare statement that serves it, run on a plain asyncpg connection (no
-snippets, context or row decoding):
+snippets or row decoding; the statement that returns hits reads their
+context windows, as the store's does):
 
   word classes       the store's relevance statement (``word_search_statement``:
                      the stored-vector GIN match, ts_rank over windows of
-                     ``RANK_WINDOW`` matches, LIMIT 20)
+                     ``RANK_WINDOW`` matches, LIMIT 20), in the form the store
+                     chooses from the column statistics (``word_search_form``)
   substring classes  the statements of the substring route, as the store runs
                      them: the word statement (no hit; not for CJK), for
                      short terms the ``ILIKE`` probe over the newest 1,000
@@ -183,8 +185,12 @@ async def pick_queries(conn: Any, corpus: _Large | _Zipf) -> dict[str, list[str]
     return classes
 
 
-def bare_statements(cls: str, query: str) -> tuple[list[tuple[str, list[Any]]], tuple[str, list[Any]] | None]:
+def bare_statements(
+    cls: str, query: str, bitmap: bool = False
+) -> tuple[list[tuple[str, list[Any]]], tuple[str, list[Any]] | None]:
     """(the statements the store runs for ``query``, in order; the full-rank reference or None).
+
+    ``bitmap``: the form of the relevance statement the store chooses (``word_search_form``).
 
     A substring class runs the word statement (no hit), then the probe over
     the newest rows, then, unless the probe filled the page, the full
@@ -199,11 +205,13 @@ def bare_statements(cls: str, query: str) -> tuple[list[tuple[str, list[Any]]], 
     )
     from hermes_state.sqlite.search.sanitize import contains_cjk, sanitize_fts5_query
 
-    word = word_search_statement(query, LIMIT)
+    # The store reads the hits' context windows in the statement that returns them.
+    word = word_search_statement(query, LIMIT, bitmap=bitmap, context=cls not in SUBSTRING_CLASSES)
     if cls == "cjk-short":
-        return [like_scan_statement(query, LIMIT, probe=True), like_scan_statement(query, LIMIT)], None
+        return [like_scan_statement(query, LIMIT, True, True), like_scan_statement(query, LIMIT, False, True)], None
     if cls in SUBSTRING_CLASSES:
-        probe, full = substring_search_statement(query, LIMIT, probe=True), substring_search_statement(query, LIMIT)
+        probe = substring_search_statement(query, LIMIT, probe=True, context=True)
+        full = substring_search_statement(query, LIMIT, context=True)
         assert probe is not None and full is not None
         steps = [probe, full] if short_terms(sanitize_fts5_query(query).strip('"').strip()) else [full]
         return (steps if contains_cjk(query) or word is None else [word, *steps]), None
@@ -247,8 +255,10 @@ async def measure(db: Any, conn: Any, queries: dict[str, list[str]], rounds: int
     schedule = [(cls, q) for cls, qs in queries.items() for q in qs for _ in range(rounds)]
     random.Random(SEED + 1).shuffle(schedule)
     out: dict[str, dict[str, list[float]]] = {c: {"store": [], "bare": [], "full": [], "hits": []} for c in queries}
+    from hermes_state.postgres.queries.search import word_search_form
+
     for cls, q in schedule:
-        steps, full = bare_statements(cls, q)
+        steps, full = bare_statements(cls, q, await word_search_form(conn, q, LIMIT))
         ms, hits = await _timed(db.search_messages(q, limit=LIMIT))
         out[cls]["store"].append(ms)
         out[cls]["hits"].append(len(hits))

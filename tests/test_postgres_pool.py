@@ -180,3 +180,31 @@ async def test_disconnect_mid_statement_invalidates_the_older_connections(make_p
     assert pid in (busy, sibling) and pool.checkedout() == 0
     # The sibling is alive, but older than the failure: replaced at its next checkout (spec §2.3).
     assert await _pid(pool) not in (busy, sibling)
+
+
+@pytest.mark.parametrize("pre_ping", [True, False])
+async def test_the_callers_first_command_runs_once_and_is_the_pre_ping(
+    make_pool: Any, pg_admin_dsn: str, pre_ping: bool
+) -> None:
+    pool = await make_pool(pool_size=1, max_overflow=0, pool_pre_ping=pre_ping)
+    first = "SET application_name = 'hermes-first'"
+    seen: list[str] = []
+    async with pool.acquire(first=first) as conn:  # a new connection
+        assert await conn.fetchval("SHOW application_name") == "hermes-first"
+        await conn.execute("RESET application_name")
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        conn.add_query_logger(lambda record: seen.append(record.query))
+    async with pool.acquire(first=first) as conn:  # reused: the command is its ping, no SELECT 1
+        assert await conn.fetchval("SHOW application_name") == "hermes-first"
+    assert seen[:2] == [first, "SHOW application_name"]
+    if pre_ping:  # a connection gone meanwhile is replaced, and the command runs on the new one
+        admin = await admin_connect(pg_admin_dsn)
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await admin.close()
+        await asyncio.sleep(0.1)
+        async with pool.acquire(first=first) as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") != pid
+            assert await conn.fetchval("SHOW application_name") == "hermes-first"
+    assert pool.checkedout() == 0

@@ -369,3 +369,24 @@ async def test_hostile_queries_never_raise(store: SessionDB) -> None:
         assert isinstance(hits, list), text
         for hit in hits:
             assert list(hit) == list(SEARCH_RESULT_FIELDS), text
+
+
+async def test_every_route_brings_the_same_context_windows(store: SessionDB) -> None:
+    # The relevance and substring statements read the windows with the hits; the time-sorted
+    # word route asks for them afterwards: each hit's window is its neighbours in the session.
+    await store.create_session("s", "cli")
+    texts = ["start here", "run docker compose", "plain reply", "数据库连接失败 错误", "docker again", "last words"]
+    for i, text in enumerate(texts):
+        await store.append_message("s", "user" if i % 2 == 0 else "assistant", text)
+    stored = await store.get_messages("s")
+    window = {
+        m["id"]: [{"role": n["role"], "content": n["content"]} for n in stored[max(0, i - 1) : i + 2]]
+        for i, m in enumerate(stored)
+    }
+    for query, sort in (("docker", None), ("docker", "newest"), ("docker", "oldest"), ("ocker", None),
+                        ("数据库连接", None), ("错误", None)):
+        hits = await store.search_messages(query, sort=sort)
+        assert hits, query
+        for hit in hits:
+            assert hit["context"] == window[hit["id"]], (query, sort)
+        assert [list(h) for h in hits] == [list(SEARCH_RESULT_FIELDS)] * len(hits)

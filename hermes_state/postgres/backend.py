@@ -11,6 +11,7 @@ server that comes back, a fixed config file).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from .errors import is_busy, is_disconnect, to_store_error, unavailable
 from .outcome import batch_committed
 from .pool import ConnectionPool
 from .queries import query_for
+from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
 from .schema import check_schema_read_only, ensure_schema
 from .text_values import nul_refusal
@@ -37,6 +39,8 @@ __all__ = ["PostgresBackend", "PostgresReader", "load_driver"]
 log = logging.getLogger("hermes_state.postgres")
 
 READ_ONLY_MESSAGE = "read-only PostgreSQL SessionDB"
+# What asyncpg's transaction(isolation="repeatable_read", readonly=True) sends.
+_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 def load_driver() -> Any:
@@ -62,23 +66,38 @@ class PostgresReader:
         if pool is None:
             raise StoreClosedError()
         fn = query_for(name)
+        begin_with = BEGIN_WITH.get(name)
         try:
-            return await self._run(pool, fn, args)
+            return await self._run(pool, fn, args, begin_with)
         except Exception as exc:
             if not is_disconnect(exc):
                 raise to_store_error(exc) from exc
         # The server dropped the connection (terminated, restarted): the pool
         # discarded it; a read has no effects, so retry once on a fresh one.
         try:
-            return await self._run(pool, fn, args)
+            return await self._run(pool, fn, args, begin_with)
         except Exception as exc:
             raise to_store_error(exc) from exc
 
     @staticmethod
-    async def _run(pool: ConnectionPool, fn: Any, args: tuple[Any, ...]) -> Any:
-        async with pool.acquire() as conn:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                return await fn(conn, *args)
+    async def _run(pool: ConnectionPool, fn: Any, args: tuple[Any, ...], begin_with: str | None) -> Any:
+        if begin_with is None:
+            async with pool.acquire() as conn:
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    return await fn(conn, *args)
+        # BEGIN and the query's own SET LOCAL in one round trip, which is also the pre-ping.
+        async with pool.acquire(first=f"{_BEGIN_READ}; {begin_with}") as conn:
+            try:
+                result = await fn(conn, *args)
+            except BaseException:
+                # As asyncpg's transaction does: the ROLLBACK waits until a cancelled statement
+                # has ended on the server (the pool then discards the connection).
+                if not conn.is_closed():
+                    with contextlib.suppress(Exception):
+                        await conn.execute("ROLLBACK")
+                raise
+            await conn.execute("COMMIT")
+            return result
 
 
 class PostgresBackend:

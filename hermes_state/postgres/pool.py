@@ -17,9 +17,11 @@ What this module adds:
 * FIFO reuse (oldest idle first) by default, LIFO with ``pool_use_lifo``;
 * ``pool_recycle``: a connection older (since it was opened) than that many
   seconds is replaced at checkout (``-1`` disables);
-* ``pool_pre_ping``: a reused connection is pinged at checkout; if it is
-  gone, every connection opened before now is marked for replacement and the
-  checkout reconnects once;
+* ``pool_pre_ping``: a reused connection is pinged at checkout (with the
+  command the caller runs first, when it names one: the read transaction's
+  ``BEGIN`` answers as well as ``SELECT 1``); if it is gone, every
+  connection opened before now is marked for replacement and the checkout
+  reconnects once;
 * return: an open transaction is rolled back; a connection whose user was
   cancelled or timed out mid-statement, or that lost its server, is
   terminated instead of reused, and its slot freed; a lost server also marks
@@ -95,10 +97,13 @@ class ConnectionPool:
             return True
         return recycle > -1 and time.monotonic() - entry.created > recycle
 
-    async def _ping(self, entry: _Entry) -> bool:
-        """True when the connection answers; False (and the pool invalidated) when it is gone."""
+    async def _ping(self, entry: _Entry, first: str | None) -> bool:
+        """True when the connection answers (to ``first`` if given); False (and the pool invalidated) when it is gone."""
         try:
-            await entry.conn.fetchval("SELECT 1")
+            if first is None:
+                await entry.conn.fetchval("SELECT 1")
+            else:
+                await entry.conn.execute(first)
         except Exception as exc:
             if not is_disconnect(exc):
                 raise
@@ -106,16 +111,19 @@ class ConnectionPool:
             return False
         return True
 
-    async def _reuse_or_replace(self, entry: _Entry) -> _Entry:
-        """Hand out ``entry`` (its slot stays counted), replacing it when stale or dead."""
+    async def _reuse_or_replace(self, entry: _Entry, first: str | None) -> tuple[_Entry, bool]:
+        """Hand out ``entry`` (its slot stays counted), replacing it when stale or dead; and whether
+        ``first`` ran on it (as the pre-ping)."""
         try:
             if self._stale(entry):
                 entry.conn.terminate()
-                return await self._connect()
-            if self._config.pool_pre_ping and not await self._ping(entry):
-                entry.conn.terminate()
-                return await self._connect()  # the one retry
-            return entry
+                return await self._connect(), False
+            if self._config.pool_pre_ping:
+                if not await self._ping(entry, first):
+                    entry.conn.terminate()
+                    return await self._connect(), False  # the one retry
+                return entry, first is not None
+            return entry, False
         except BaseException:
             entry.conn.terminate()
             self._free_slot()
@@ -129,19 +137,19 @@ class ConnectionPool:
             self._free_slot()
             raise
 
-    async def _checkout(self) -> _Entry:
+    async def _checkout(self, first: str | None) -> tuple[_Entry, bool]:
         if self._closed:
             raise RuntimeError("the PostgreSQL pool is closed")
         if self._idle and not self._waiters:
             entry = self._idle.pop() if self._config.pool_use_lifo else self._idle.popleft()
-            return await self._reuse_or_replace(entry)
+            return await self._reuse_or_replace(entry, first)
         if not self._waiters and (self.capacity is None or self._open < self.capacity):
             self._open += 1
-            return await self._open_new()
+            return await self._open_new(), False
         got = await self._wait()
         if got is _SLOT:
-            return await self._open_new()
-        return await self._reuse_or_replace(got)
+            return await self._open_new(), False
+        return await self._reuse_or_replace(got, first)
 
     async def _wait(self) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -216,11 +224,17 @@ class ConnectionPool:
             self._put_back(entry)
 
     @asynccontextmanager
-    async def acquire(self) -> AsyncIterator[Any]:
-        """Check a connection out for the ``async with`` body; raises PoolTimeoutError at capacity."""
-        entry = await self._checkout()
+    async def acquire(self, first: str | None = None) -> AsyncIterator[Any]:
+        """Check a connection out for the ``async with`` body; raises PoolTimeoutError at capacity.
+
+        ``first``: a command (no rows) to run before the body; with ``pool_pre_ping`` it is the
+        ping of a reused connection, one round trip instead of two.
+        """
+        entry, ran = await self._checkout(first)
         discard = False
         try:
+            if first is not None and not ran:
+                await entry.conn.execute(first)
             yield entry.conn
         except BaseException as exc:
             # Cancelled or timed out mid-statement, or the server went away: never reuse it.

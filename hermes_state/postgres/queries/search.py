@@ -45,7 +45,8 @@ from ..content import from_columns
 from ..schema import SEARCH_COLUMN
 from ..search_schema import CJK_ROWS, TRIGRAM_DOCUMENT
 from .lineage_sql import last_active_sql
-from .registry import query
+from .registry import query, query_begun_with
+from .search_form import match_fraction, prefer_bitmap, term_stats
 
 __all__ = [
     "CUSTOM_PLANS",
@@ -60,6 +61,7 @@ __all__ = [
     "short_terms",
     "substring_search_statement",
     "tsquery_parts",
+    "word_search_form",
     "word_search_statement",
 ]
 
@@ -81,7 +83,8 @@ _ALL_ROWS = 2**62
 # asyncpg reuses one prepared statement per SQL text, and after five runs the server may
 # switch it to a generic plan, which cannot see how many rows a tsquery or an ILIKE pattern
 # matches: "the" would then be ranked through a bitmap of every message instead of a
-# backwards walk of the newest. SET LOCAL lasts until the reader's read transaction ends.
+# backwards walk of the newest. SET LOCAL lasts until the reader's read transaction ends;
+# the reader sends it with that transaction's BEGIN (query_begun_with).
 CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
 _ITEM = re.compile(r'"((?:[^"]|"")*)"(\*?)|(\S+)')
 
@@ -160,6 +163,7 @@ class _Search(NamedTuple):
     sort: str | None
     include_inactive: bool
     with_snippet: bool
+    with_context: bool = False
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -202,13 +206,14 @@ def _plain(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _hit(record: Any, pattern: re.Pattern[str] | None, substring: bool) -> dict[str, Any]:
+def _hit(record: Any, pattern: re.Pattern[str] | None, substring: bool, context: bool = False) -> dict[str, Any]:
+    """A result dict (``content`` decoded, removed later); ``context``: the record holds :data:`_CONTEXT_COLUMNS`."""
     content = _content(record)
     snippet = None
     if pattern is not None:
         texts = [_plain(content), record["tool_name"] or "", record["tool_calls"] or ""]
         snippet = next((s for s in (bounded_snippet(t, pattern, substring) for t in texts) if s is not None), None)
-    return {
+    hit = {
         "id": record["id"],
         "session_id": record["session_id"],
         "role": record["role"],
@@ -220,6 +225,9 @@ def _hit(record: Any, pattern: re.Pattern[str] | None, substring: bool) -> dict[
         "session_started": record["session_started"],
         "content": content,
     }
+    if context:
+        hit["context"] = _window(record, hit)
+    return hit
 
 
 def _time_order(req: _Search, rank: str) -> str:
@@ -233,7 +241,8 @@ def _statement(
 ) -> tuple[str, list[Any]]:
     """The page of hits of ``match_sql`` in ``order``; ``probe`` ("DESC"/"ASC"): only among the
     PROBE_ROWS rows at that end of (timestamp, id) order of the rows where ``among`` holds
-    (a condition every hit meets)."""
+    (a condition every hit meets). In (timestamp, id) order with ``req.with_context``, each row
+    also holds :data:`_CONTEXT_COLUMNS`, read for the page's rows only."""
     where = [match_sql, *req.filters(params)]
     params.extend([req.limit, req.offset])
     rows = "messages" if probe is None else (
@@ -244,7 +253,17 @@ def _statement(
         f"WHERE {' AND '.join(where)} ORDER BY {order} "
         f"LIMIT ${len(params) - 1} OFFSET ${len(params)}"
     )
+    direction = _TIME_ORDERS.get(order)
+    if req.with_context and direction is not None:
+        sql = (
+            f"SELECT h.*, {_CONTEXT_COLUMNS} FROM ({sql}) AS h {_context_joins('h.session_id', 'h.timestamp', 'h.id')} "
+            f"ORDER BY h.timestamp {direction}, h.id {direction}"
+        )
     return sql, params
+
+
+# The orders of routes that read hits in (timestamp, id) order, and their direction.
+_TIME_ORDERS = {f"m.timestamp {d}, m.id {d}": d for d in ("ASC", "DESC")}
 
 
 Match = tuple[str, list[Any]]  # (SQL condition, its parameters)
@@ -273,7 +292,7 @@ async def _fetch_planned(conn: Any, statement: tuple[str, list[Any]]) -> list[An
     return await conn.fetch(statement[0], *statement[1])
 
 
-def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, list[Any]]:
+def _ranked_statement(req: _Search, tsq: str, params: list[Any], bitmap: bool = False) -> tuple[str, list[Any]]:
     """Relevance order: ``ts_rank`` DESC (then id) within windows of RANK_WINDOW matches, newest window first.
 
     Window k holds the matches ranked k*W+1 .. (k+1)*W by id descending (commit
@@ -283,6 +302,11 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, l
     key backwards (the planner's choice when most rows match) and a rare word's
     matches come from the GIN bitmap, so neither ranks more than a window or two.
     A query with at most RANK_WINDOW matches is ranked as a whole, as before.
+
+    ``bitmap``: order the matches by ``id + 0``, which no index provides, so
+    that they are read from the GIN bitmap and sorted, never by the backward
+    walk (see :mod:`.search_form`); the candidates are the same. With
+    ``req.with_context`` each row also holds :data:`_CONTEXT_COLUMNS`.
     """
     where = [f"m.{SEARCH_COLUMN} @@ ({tsq})", *req.filters(params)]
     # The session row is needed only to filter by source.
@@ -292,46 +316,82 @@ def _ranked_statement(req: _Search, tsq: str, params: list[Any]) -> tuple[str, l
     span = None if end > _ALL_ROWS else -(-end // RANK_WINDOW) * RANK_WINDOW - first
     params.extend([span, first, RANK_WINDOW, req.limit, req.offset - first])
     n = len(params)
+    order = "m.id + 0" if bitmap else "m.id"
+    # The context windows of the page's rows come in the same statement (one round trip fewer).
+    columns, joins = _HIT_COLUMNS, ""
+    if req.with_context:
+        columns += f", {_CONTEXT_COLUMNS}"
+        joins = _context_joins("m.session_id", "m.timestamp", "m.id") + " "
     # The page is cut before its rows are read: only LIMIT rows are joined for their columns.
     sql = (
         f"WITH candidate AS (SELECT m.id, m.{SEARCH_COLUMN} AS doc FROM messages AS m {join}"
-        f"WHERE {' AND '.join(where)} ORDER BY m.id DESC LIMIT ${n - 4} OFFSET ${n - 3}), "
+        f"WHERE {' AND '.join(where)} ORDER BY {order} DESC LIMIT ${n - 4} OFFSET ${n - 3}), "
         f"ranked AS (SELECT id, (row_number() OVER (ORDER BY id DESC) - 1) / ${n - 2} AS win, "
         f"ts_rank(doc, ({tsq})) AS rank FROM candidate), "
         f"page AS (SELECT id, win, rank FROM ranked ORDER BY win, rank DESC, id LIMIT ${n - 1} OFFSET ${n}) "
-        f"SELECT {_HIT_COLUMNS} FROM page AS r JOIN messages AS m ON m.id = r.id "
-        f"JOIN sessions AS s ON s.id = m.session_id ORDER BY r.win, r.rank DESC, r.id"
+        f"SELECT {columns} FROM page AS r JOIN messages AS m ON m.id = r.id "
+        f"JOIN sessions AS s ON s.id = m.session_id {joins}ORDER BY r.win, r.rank DESC, r.id"
     )
     return sql, params
 
 
-def _word_statement(req: _Search) -> tuple[str, list[Any]] | None:
+def _word_statement(req: _Search, bitmap: bool = False) -> tuple[str, list[Any]] | None:
     tsq, params = tsquery_parts(req.query)
     if tsq is None:
         return None
     if req.sort not in ("newest", "oldest"):
-        return _ranked_statement(req, tsq, list(params))
+        return _ranked_statement(req, tsq, list(params), bitmap)
     rank = f"ts_rank(m.{SEARCH_COLUMN}, ({tsq}))"
     return _statement(req, f"m.{SEARCH_COLUMN} @@ ({tsq})", list(params), _time_order(req, rank))
 
 
 def word_search_statement(
-    text: str, limit: int = 20, offset: int = 0, sort: str | None = None
+    text: str, limit: int = 20, offset: int = 0, sort: str | None = None, bitmap: bool = False, context: bool = False
 ) -> tuple[str, list[Any]] | None:
     """The statement (and parameters) ``search_messages(text, limit=, offset=, sort=)`` runs on the word index.
 
-    For ``EXPLAIN`` and the benchmark's bare statement; None when nothing searchable is left.
+    ``bitmap``: the form :func:`word_search_form` chose; ``context``: with the
+    context windows, as for ``search_messages`` without ``fields``. For
+    ``EXPLAIN`` and the benchmark's bare statement; None when nothing
+    searchable is left.
     """
-    return _word_statement(_Search(sanitize_fts5_query(text), None, None, None, limit, offset, sort, False, False))
+    req = _Search(sanitize_fts5_query(text), None, None, None, limit, offset, sort, False, False, context)
+    return _word_statement(req, bitmap)
+
+
+async def _bitmap_form(conn: Any, req: _Search) -> bool:
+    """True when the relevance statement of ``req`` should read every match (see :mod:`.search_form`).
+
+    Only for the default filter (a filter on role or source is not in the
+    estimate) and without prefixes (the backward walk tests a prefix for about
+    what the bitmap costs per match: measured, the planner's choice was as good).
+    """
+    if req.sources is not None or req.excluded or req.roles is not None or req.sort in ("newest", "oldest"):
+        return False
+    parsed = _groups(req.query)
+    if not parsed or any(i.prefix for p, n in parsed for i in [*p, *n]):
+        return False
+    stats = await term_stats(conn)
+    if stats is None:
+        return False
+    needed = -(-(req.offset + req.limit) // RANK_WINDOW) * RANK_WINDOW
+    groups = [([i.text for i in p], [i.text for i in n]) for p, n in parsed]
+    return prefer_bitmap(stats, match_fraction(stats, groups), needed)
+
+
+async def word_search_form(conn: Any, text: str, limit: int = 20, offset: int = 0) -> bool:
+    """The ``bitmap`` argument of :func:`word_search_statement` that ``search_messages`` would use (the benchmark's)."""
+    return await _bitmap_form(conn, _Search(sanitize_fts5_query(text), None, None, None, limit, offset, None, False, False))
 
 
 async def _word_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
-    statement = _word_statement(req)
+    statement = _word_statement(req, await _bitmap_form(conn, req))
     if statement is None:
         return []
     rows = await _fetch_planned(conn, statement)
     pattern = phrase_pattern(req.query, False) if req.with_snippet else None
-    return [_hit(r, pattern, False) for r in rows]
+    context = req.with_context and req.sort not in ("newest", "oldest")  # the relevance statement's
+    return [_hit(r, pattern, False, context) for r in rows]
 
 
 def _ilike(params: list[Any], term: str) -> str:
@@ -373,13 +433,14 @@ def _cjk_like_match(raw: str) -> tuple[Match, str]:
     return (match, params), "true"
 
 
-def like_scan_statement(text: str, limit: int = 20, probe: bool = False) -> tuple[str, list[Any]]:
-    """The statement of the CJK LIKE route for ``text`` (``probe``: its first try, over the newest rows).
+def like_scan_statement(text: str, limit: int = 20, probe: bool = False, context: bool = False) -> tuple[str, list[Any]]:
+    """The statement of the CJK LIKE route for ``text`` (``probe``: its first try, over the newest rows;
+    ``context``: with the context windows).
 
     For ``EXPLAIN`` and the benchmark's bare statements.
     """
     sanitized = sanitize_fts5_query(text)
-    req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
+    req = _Search(sanitized, None, None, None, limit, 0, None, False, False, context)
     (match, params), among = _cjk_like_match(sanitized.strip('"').strip())
     return _statement(req, match, params, "m.timestamp DESC, m.id DESC", "DESC" if probe else None, among)
 
@@ -389,7 +450,7 @@ async def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     tokens = _like_tokens(raw)
     match, among = _cjk_like_match(raw)
     rows = await _run_in_time_order(conn, req, match, match, "DESC", among)
-    hits = [_hit(r, None, True) for r in rows]
+    hits = [_hit(r, None, True, req.with_context) for r in rows]
     if req.with_snippet:
         for hit in hits:
             hit["snippet"] = _like_snippet(hit["content"], tokens[0])
@@ -432,15 +493,17 @@ def _direction(req: _Search) -> str:
     return "ASC" if req.sort == "oldest" else "DESC"
 
 
-def substring_search_statement(text: str, limit: int = 20, probe: bool = False) -> tuple[str, list[Any]] | None:
+def substring_search_statement(
+    text: str, limit: int = 20, probe: bool = False, context: bool = False
+) -> tuple[str, list[Any]] | None:
     """The statement (and parameters) of the substring route for ``text`` (CJK, or a word query with no hit).
 
     ``probe``: the first statement the route tries, over the newest PROBE_ROWS
-    rows only. For ``EXPLAIN`` and the benchmark's bare statements; None when
-    nothing searchable is left.
+    rows only; ``context``: with the context windows. For ``EXPLAIN`` and the
+    benchmark's bare statements; None when nothing searchable is left.
     """
     sanitized = sanitize_fts5_query(text)
-    req = _Search(sanitized, None, None, None, limit, 0, None, False, False)
+    req = _Search(sanitized, None, None, None, limit, 0, None, False, False, context)
     match = _substring_statement(req, sanitized.strip('"').strip(), indexed=not probe)
     if match is None:
         return None
@@ -470,7 +533,7 @@ async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, A
         order = f"m.timestamp {_direction(req)}, m.id {_direction(req)}"
         rows = await _fetch_planned(conn, _statement(req, full[0], full[1], order))
     pattern = phrase_pattern(quote_for_substring_index(raw), True) if req.with_snippet else None
-    return [_hit(r, pattern, True) for r in rows]
+    return [_hit(r, pattern, True, req.with_context) for r in rows]
 
 
 def _fts5_rejects(match: str) -> bool:
@@ -503,18 +566,41 @@ async def _route(conn: Any, req: _Search) -> tuple[str, list[dict[str, Any]]]:
     return "fts5", hits
 
 
-_CONTEXT_SQL = f"""
-SELECT hit.id,
-  b.role AS b_role, b.content_kind AS b_kind, left(b.content, {_CLIP_CHARS}) AS b_text, b.content_bytes AS b_raw,
-  a.role AS a_role, a.content_kind AS a_kind, left(a.content, {_CLIP_CHARS}) AS a_text, a.content_bytes AS a_raw
-FROM unnest($1::bigint[], $2::text[], $3::double precision[]) AS hit(id, sid, ts)
-LEFT JOIN LATERAL (SELECT x.role, x.content_kind, x.content, x.content_bytes FROM messages AS x
-    WHERE x.session_id = hit.sid AND (x.timestamp, x.id) < (hit.ts, hit.id)
-    ORDER BY x.timestamp DESC, x.id DESC LIMIT 1) AS b ON true
-LEFT JOIN LATERAL (SELECT x.role, x.content_kind, x.content, x.content_bytes FROM messages AS x
-    WHERE x.session_id = hit.sid AND (x.timestamp, x.id) > (hit.ts, hit.id)
-    ORDER BY x.timestamp ASC, x.id ASC LIMIT 1) AS a ON true
-"""
+# The message before and after a hit in its session (any active state), as columns of the hit's row.
+_CONTEXT_COLUMNS = (
+    f"b.role AS b_role, b.content_kind AS b_kind, left(b.content, {_CLIP_CHARS}) AS b_text, b.content_bytes AS b_raw, "
+    f"a.role AS a_role, a.content_kind AS a_kind, left(a.content, {_CLIP_CHARS}) AS a_text, a.content_bytes AS a_raw"
+)
+
+
+def _context_joins(sid: str, ts: str, hit_id: str) -> str:
+    """The lateral joins :data:`_CONTEXT_COLUMNS` reads, for the hit whose columns these expressions name."""
+    near = "SELECT x.role, x.content_kind, x.content, x.content_bytes FROM messages AS x WHERE x.session_id = {sid} "
+    return (
+        f"LEFT JOIN LATERAL ({near.format(sid=sid)}AND (x.timestamp, x.id) < ({ts}, {hit_id}) "
+        "ORDER BY x.timestamp DESC, x.id DESC LIMIT 1) AS b ON true "
+        f"LEFT JOIN LATERAL ({near.format(sid=sid)}AND (x.timestamp, x.id) > ({ts}, {hit_id}) "
+        "ORDER BY x.timestamp ASC, x.id ASC LIMIT 1) AS a ON true"
+    )
+
+
+_CONTEXT_SQL = (
+    f"SELECT hit.id, {_CONTEXT_COLUMNS} "
+    "FROM unnest($1::bigint[], $2::text[], $3::double precision[]) AS hit(id, sid, ts) "
+    + _context_joins("hit.sid", "hit.ts", "hit.id")
+)
+
+
+def _window(record: Any, hit: dict[str, Any]) -> list[dict[str, Any]]:
+    """The context of ``hit`` from a record holding :data:`_CONTEXT_COLUMNS` (None: no such record)."""
+
+    def near(side: str) -> list[dict[str, Any]]:
+        if record is None or record[f"{side}_role"] is None:
+            return []
+        content = from_columns(record[f"{side}_kind"], record[f"{side}_text"], record[f"{side}_raw"])
+        return [{"role": record[f"{side}_role"], "content": context_text(content)}]
+
+    return [*near("b"), {"role": hit["role"], "content": context_text(hit["content"])}, *near("a")]
 
 
 async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -523,20 +609,10 @@ async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dic
         _CONTEXT_SQL, [h["id"] for h in hits], [h["session_id"] for h in hits], [h["timestamp"] for h in hits]
     )
     by_id = {r["id"]: r for r in rows}
-    windows: dict[int, list[dict[str, Any]]] = {}
-    for hit in hits:
-        r = by_id.get(hit["id"])
-        window = []
-        if r is not None and r["b_role"] is not None:
-            window.append({"role": r["b_role"], "content": context_text(from_columns(r["b_kind"], r["b_text"], r["b_raw"]))})
-        window.append({"role": hit["role"], "content": context_text(hit["content"])})
-        if r is not None and r["a_role"] is not None:
-            window.append({"role": r["a_role"], "content": context_text(from_columns(r["a_kind"], r["a_text"], r["a_raw"]))})
-        windows[hit["id"]] = window
-    return windows
+    return {hit["id"]: _window(by_id.get(hit["id"]), hit) for hit in hits}
 
 
-@query
+@query_begun_with(CUSTOM_PLANS)
 async def search_messages_rows(
     conn: Any,
     text: str,
@@ -560,14 +636,15 @@ async def search_messages_rows(
     sanitized = sanitize_fts5_query(text)
     if not sanitized or limit <= 0 or (sources is not None and not sources):
         return []
-    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet)
-    await conn.execute(CUSTOM_PLANS)
+    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context)
     route, hits = await _route(conn, req)
-    windows = await _contexts(conn, hits) if with_context and hits else {}
+    # The relevance statement brings the context windows with the hits; other routes ask for them.
+    pending = [hit for hit in hits if "context" not in hit] if with_context else []
+    windows = await _contexts(conn, pending) if pending else {}
     for hit in hits:
         del hit["content"]
-        if with_context:
-            hit["context"] = windows.get(hit["id"], [])
+        if with_context and hit["id"] in windows:
+            hit["context"] = windows[hit["id"]]
     elapsed = (time.perf_counter() - started) * 1000.0
     if elapsed >= slow_ms:
         log.info("slow session search: path=%s elapsed=%.0fms rows=%d query=%r", route, elapsed, len(hits), text[:200])
