@@ -185,6 +185,8 @@ def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
 
 
 def _apply_batch_once(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
+    if len(commands) == 1 and not commands[0].standalone:
+        return _apply_single(conn, commands[0])
     if not any(c.standalone for c in commands):
         return _apply_transaction(conn, commands)
     outcomes: list[Outcome] = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from itertools import islice
+from itertools import compress, islice
 from operator import attrgetter, is_not, itemgetter
 from typing import Any
 
@@ -96,7 +96,7 @@ def _insert_sql(bound: tuple[bool, ...], rows: int, returning: bool) -> str:
 def _insert_one(conn: Any, row: tuple[Any, ...], returning: bool) -> list[int]:
     """``_insert_chunk`` of one row (a sequential caller's append), without the per-column walks."""
     bound = tuple(map(is_not, row, _NONES))
-    cur = conn.execute(_insert_sql(bound, 1, False), [v for v in row if v is not None])
+    cur = conn.execute(_insert_sql(bound, 1, False), list(compress(row, bound)))
     # Its id is lastrowid (the FTS triggers' inserts do not change it),
     # cheaper than RETURNING, which buffers its result rows.
     return [cur.lastrowid] if returning else []
@@ -136,6 +136,10 @@ def insert_message_rows(
     rows in ``VALUES`` order and ``AUTOINCREMENT`` ids only grow, so the
     sorted ids follow the input.
     """
+    if total == 1:  # one append: no chunk bookkeeping
+        for session_id, row in rows:
+            return _insert_one(conn, (session_id, *_ROW_FIELDS(row)), returning)
+        raise ValueError(f"expected {total} message rows, got fewer")
     pairs = iter(rows)
     ids: list[int] = []
     for size in chunk_sizes(total):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from itertools import repeat
 from typing import Any, Sequence
 
 from ...commands.messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
@@ -45,10 +46,11 @@ def append_messages(conn: Any, cmd: AppendMessages) -> int:
     refusal = append_refusal(session_id, bool(exists), closed_by, lease_holder, cmd.compression_lock_holder)
     if refusal is not None:
         raise refusal
-    ids = insert_message_rows(conn, ((session_id, row) for row in rows), len(rows), returning=cmd.want_id)
-    calls = sum(row.tool_call_count for row in rows)
-    conn.execute(_COUNT_SQL, (len(rows), calls, session_id))
-    return ids[-1] if cmd.want_id and ids else len(rows)
+    n = len(rows)
+    ids = insert_message_rows(conn, zip(repeat(session_id, n), rows), n, returning=cmd.want_id)
+    calls = rows[0].tool_call_count if n == 1 else sum(row.tool_call_count for row in rows)
+    conn.execute(_COUNT_SQL, (n, calls, session_id))
+    return ids[-1] if cmd.want_id and ids else n
 
 
 @handles_bulk(AppendMessages)
