@@ -39,6 +39,7 @@ Run from the repository root::
 
     python3 bench/append.py                 # full run, prints the table
     python3 bench/append.py --scale 0.1     # quick smoke run
+    python3 bench/append.py --shapes b --memory-rows 0   # only the sequential shape (and its paired line)
     python3 bench/append.py --check --json bench/out/append.json
     python3 bench/append.py --backend postgres   # the same shapes on PostgreSQL (bench/append_postgres.py)
 """
@@ -780,7 +781,7 @@ async def amain(args: argparse.Namespace) -> int:
             # Shape by shape, each limit right before the store's run of it, so a
             # store figure and its references see the same machine load.
             results: dict[str, dict[str, float]] = {}
-            for key in "abc":
+            for key in args.shapes:
                 parts = dict(await run_limits(w, rdir, key))
                 if args.naive:
                     parts["naive"] = await run_naive(w, rdir, errors, key)
@@ -788,7 +789,7 @@ async def amain(args: argparse.Namespace) -> int:
                     parts["store"] = await run_store(SessionDB, w, rdir, errors, key)
                 for who, res in parts.items():
                     results.setdefault(who, {}).update(res)
-            if SessionDB is not None and args.paired:
+            if SessionDB is not None and args.paired and "b" in args.shapes:
                 try:
                     store_s, limit_s = await paired_b(SessionDB, w, rdir)
                     paired.append((store_s, limit_s))
@@ -904,6 +905,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-rows", type=int, default=None, metavar="N",
                    help="rows of the memory measurement (default 100,000 x scale; 0 skips it)")
     p.add_argument("--keep", action="store_true", help="keep the database files")
+    p.add_argument("--shapes", default="abc",
+                   help="write shapes to run, a subset of 'abc' (d reads what c wrote); default all")
     p.add_argument("--no-paired", dest="paired", action="store_false",
                    help="skip the paired (b) line (limit and store in alternating segments)")
     args = p.parse_args(argv)
@@ -911,6 +914,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--scale must be > 0")
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
+    if not args.shapes or set(args.shapes) - set("abc"):
+        p.error("--shapes takes letters of 'abc', e.g. --shapes b")
+    args.shapes = "".join(k for k in "abc" if k in args.shapes)
     if args.memory_rows is None:
         args.memory_rows = max(1, round(100_000 * args.scale))
     return asyncio.run(amain(args))

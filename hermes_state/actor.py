@@ -16,9 +16,11 @@ A backend may offer ``start_batch(commands, report)`` instead of awaiting
 ``apply_batch``: it starts the batch and later calls ``report(outcomes,
 error)`` on the event loop. That report does what the writer task's step
 would: it counts the batch, resolves its futures, takes whatever is queued
-by then and starts it. The task only waits for the chain to run dry, so a
-batch costs one loop callback instead of a chain of task wake-ups, and a
-caller awaiting each append runs again in the very next loop iteration.
+by then and starts it; with nothing queued it looks once more right after
+the resolved callers ran (one may write again at once). The task only waits
+for the chain to run dry, so a batch costs loop callbacks instead of a chain
+of task wake-ups, and a caller awaiting each append runs again in the very
+next loop iteration.
 """
 
 from __future__ import annotations
@@ -171,6 +173,8 @@ class WriterActor:
     def _take_batch(self, first: _Item) -> tuple[list[_Item], bool]:
         assert self._queue is not None
         batch = [first]
+        if self._queue.empty():  # one caller: no QueueEmpty raised below
+            return batch, False
         size = first.size
         while len(batch) < self._max_batch and size < self._max_bytes:
             try:
@@ -193,14 +197,14 @@ class WriterActor:
                     break
                 batch, stop = self._take_batch(first)
                 if self._start is not None:
-                    stop = await self._run_chain(self._start, batch, stop)
+                    stop = await self._run_chain(batch, stop)
                 else:
                     await self._apply_and_resolve(batch)
         finally:
             self._fail_pending(WriterStoppedError("the SessionDB writer stopped before this write was applied"))
 
-    async def _run_chain(self, start: StartBatch, batch: list[_Item], stop: bool) -> bool:
-        """Apply ``batch`` and every batch queued behind it through ``start``; returns whether to stop.
+    async def _run_chain(self, batch: list[_Item], stop: bool) -> bool:
+        """Apply ``batch`` and every batch queued behind it through the start hook; returns whether to stop.
 
         A batch known not applied is retried once; any other error fails
         that batch's callers and ends the chain (the task takes the next).
@@ -209,7 +213,7 @@ class WriterActor:
         retried: list[_Item] | None = None
         while True:
             ended: asyncio.Future[_ChainEnd] = loop.create_future()
-            self._launch(start, batch, stop, ended)
+            self._launch(batch, stop, ended)
             try:
                 batch, error, stop = await ended
             except asyncio.CancelledError:
@@ -224,8 +228,13 @@ class WriterActor:
             self._fail(batch, error)
             return stop
 
-    def _launch(self, start: StartBatch, batch: list[_Item], stop: bool, ended: asyncio.Future[_ChainEnd]) -> None:
-        """Start the live items of ``batch``; its report settles them and launches what is queued by then."""
+    def _launch(self, batch: list[_Item], stop: bool, ended: asyncio.Future[_ChainEnd]) -> None:
+        """Start the live items of ``batch``; its report settles them and launches what is queued by then.
+
+        Each batch goes through the start hook current at its launch.
+        """
+        start = self._start
+        assert start is not None
         live = [item for item in batch if not item.future.done()]
         while not live:  # every caller withdrew: on to what is queued
             following = self._next_batch(stop)
@@ -248,10 +257,24 @@ class WriterActor:
                 return
             self._maybe_log()
             following = self._next_batch(stop)
-            if following is None:
+            if following is not None:
+                self._launch(*following, ended)
+            elif stop:
                 ended.set_result((batch, None, stop))
             else:
-                self._launch(start, *following, ended)
+                # The callers just resolved run first in the next loop iteration;
+                # one that writes again at once (an agent appending turn after
+                # turn) is then started from here, with no writer-task step.
+                asyncio.get_running_loop().call_soon(recheck)
+
+        def recheck() -> None:
+            if ended.done():  # the writer task was cancelled meanwhile
+                return
+            following = self._next_batch(stop)
+            if following is None:
+                ended.set_result((batch, None, stop))  # idle: the task waits on the queue
+            else:
+                self._launch(*following, ended)
 
         try:
             start([item.command for item in live], report)

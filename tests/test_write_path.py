@@ -326,3 +326,62 @@ async def test_sequential_appends_get_their_own_ids_and_values_back(store: Sessi
     assert [r["content"] for r in rows] == expected
     assert rows[5]["role"] == "us\ufffder" and rows[-1]["token_count"] == 7
     assert (await store.get_session("s") or {})["message_count"] == len(ids)
+
+
+async def test_lone_append_runs_one_guard_query_and_no_savepoint(store: SessionDB) -> None:
+    await store.create_session("s", "cli")
+    statements = _trace(store)
+    await store.append_message("s", "user", "alone in its batch")
+    heads = [s.split(" ", 2)[:2] for s in statements]
+    assert heads == [["BEGIN", "IMMEDIATE"], ["SELECT", "S.ID"], ["INSERT", "INTO"], ["UPDATE", "SESSIONS"], ["COMMIT"]]
+
+
+def test_lone_append_guard_gives_the_batch_guards_verdict(tmp_path: Path) -> None:
+    """The one-query guard of a lone append refuses exactly what ``append_verdicts`` refuses, with the same error."""
+    import time
+
+    from hermes_state.commands.messages import AppendMessages
+    from hermes_state.sqlite.handlers.common import append_verdicts
+    from hermes_state.sqlite.handlers.messages import append_messages
+    from hermes_state.sqlite.schema import SCHEMA_SQL
+
+    conn = driver_module().connect(str(tmp_path / "guards.db"), isolation_level=None)
+    try:
+        conn.executescript(SCHEMA_SQL)
+        now = time.time()
+        sessions = {"open": (None, None), "ended": (now, "user"), "compressed": (now, "compression"), "missing": None}
+        leases = {"none": None, "other": ("worker-b", now + 60), "mine": ("worker-a", now + 60),
+                  "expired": ("worker-b", now - 60)}
+        seen = set()
+        for state, ended in sessions.items():
+            for lease, held in leases.items():
+                for holder in (None, "worker-a"):
+                    conn.execute("BEGIN")
+                    if ended is not None:
+                        conn.execute(
+                            "INSERT INTO sessions (id, source, started_at, ended_at, end_reason) VALUES ('s', 't', 0, ?, ?)",
+                            ended,
+                        )
+                    if held is not None:
+                        conn.execute(
+                            "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at) VALUES ('s', ?, 0, ?)",
+                            held,
+                        )
+                    expected = append_verdicts(conn, [("s", holder)], time.time())[("s", holder)]
+                    command = AppendMessages(
+                        session_id="s", rows=(encode_text_turn("user", "hi"),), compression_lock_holder=holder, want_id=True
+                    )
+                    try:
+                        got: BaseException | None = None
+                        append_messages(conn, command)
+                    except Exception as exc:  # noqa: BLE001 - compared below
+                        got = exc
+                    conn.execute("ROLLBACK")
+                    case = (state, lease, holder)
+                    assert type(got) is type(expected), case
+                    assert str(got) == str(expected), case
+                    seen.add(type(expected).__name__)
+        assert seen == {"NoneType", "SessionNotFoundError", "CompressionSessionClosedError",
+                        "SessionCompressionInProgressError"}
+    finally:
+        conn.close()

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from itertools import islice
-from operator import attrgetter, itemgetter
+from itertools import compress, islice
+from operator import attrgetter, is_not, itemgetter
 from typing import Any
 
 from ...commands.messages import MessageRow
@@ -37,6 +37,7 @@ MESSAGE_COLUMNS = (
 )
 _WIDTH = len(MESSAGE_COLUMNS)
 _ROW_FIELDS = attrgetter(*MESSAGE_COLUMNS[1:])
+_NONES = (None,) * _WIDTH
 # The most rows one statement carries; bigger runs take several statements.
 MAX_ROWS_PER_STATEMENT = 1000
 # Row counts above this are split into the fixed sizes below (cache-friendly).
@@ -92,7 +93,18 @@ def _insert_sql(bound: tuple[bool, ...], rows: int, returning: bool) -> str:
     return sql + " RETURNING id" if returning else sql
 
 
+def _insert_one(conn: Any, row: tuple[Any, ...], returning: bool) -> list[int]:
+    """``_insert_chunk`` of one row (a sequential caller's append), without the per-column walks."""
+    bound = tuple(map(is_not, row, _NONES))
+    cur = conn.execute(_insert_sql(bound, 1, False), list(compress(row, bound)))
+    # Its id is lastrowid (the FTS triggers' inserts do not change it),
+    # cheaper than RETURNING, which buffers its result rows.
+    return [cur.lastrowid] if returning else []
+
+
 def _insert_chunk(conn: Any, chunk: Sequence[tuple[Any, ...]], returning: bool) -> list[int]:
+    if len(chunk) == 1:
+        return _insert_one(conn, chunk[0], returning)
     # Columns that hold a value in some row are bound; the rest are literal NULLs.
     columns = list(zip(*chunk))
     n = len(chunk)
@@ -103,10 +115,6 @@ def _insert_chunk(conn: Any, chunk: Sequence[tuple[Any, ...]], returning: bool) 
     else:
         pick = itemgetter(*keep)
         params = [v for r in chunk for v in pick(r)] if len(keep) > 1 else [r[keep[0]] for r in chunk]
-    if n == 1 and returning:
-        # One row: its id is lastrowid (the FTS triggers' inserts do not change
-        # it), cheaper than RETURNING, which buffers its result rows.
-        return [conn.execute(_insert_sql(bound, 1, False), params).lastrowid]
     cur = conn.execute(_insert_sql(bound, n, returning), params)
     if not returning:
         return []
@@ -128,6 +136,10 @@ def insert_message_rows(
     rows in ``VALUES`` order and ``AUTOINCREMENT`` ids only grow, so the
     sorted ids follow the input.
     """
+    if total == 1:  # one append: no chunk bookkeeping
+        for session_id, row in rows:
+            return _insert_one(conn, (session_id, *_ROW_FIELDS(row)), returning)
+        raise ValueError(f"expected {total} message rows, got fewer")
     pairs = iter(rows)
     ids: list[int] = []
     for size in chunk_sizes(total):

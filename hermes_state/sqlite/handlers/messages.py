@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from itertools import repeat
 from typing import Any, Sequence
 
 from ...commands.messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
 from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
 from ..queries.core import fetch_dicts
-from .common import append_verdicts
+from .common import append_refusal, append_verdicts
 from .message_rows import insert_message_rows
 from .registry import handles, handles_bulk
 
@@ -27,16 +28,29 @@ def insert_rows(conn: Any, session_id: str, rows: Sequence[MessageRow]) -> tuple
     return len(rows), sum(r.tool_call_count for r in rows)
 
 
+# The append guards of one session in one statement (``append_verdicts``
+# takes two): whether it exists, the end reason of an ended one, the holder of
+# a live compression lease.
+_GUARD_SQL = (
+    "SELECT s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END, "
+    "(SELECT holder FROM compression_locks WHERE session_id = ?1 AND expires_at > ?2) "
+    "FROM (SELECT 1) LEFT JOIN sessions AS s ON s.id = ?1"
+)
+
+
 @handles(AppendMessages)
 def append_messages(conn: Any, cmd: AppendMessages) -> int:
-    verdict = append_verdicts(conn, [(cmd.session_id, cmd.compression_lock_holder)], time.time())
-    refusal = next(iter(verdict.values()))
+    session_id = cmd.session_id
+    rows = cmd.rows
+    exists, closed_by, lease_holder = conn.execute(_GUARD_SQL, (session_id, time.time())).fetchone()
+    refusal = append_refusal(session_id, bool(exists), closed_by, lease_holder, cmd.compression_lock_holder)
     if refusal is not None:
         raise refusal
-    ids = insert_message_rows(conn, ((cmd.session_id, row) for row in cmd.rows), len(cmd.rows), returning=cmd.want_id)
-    calls = sum(row.tool_call_count for row in cmd.rows)
-    conn.execute(_COUNT_SQL, (len(cmd.rows), calls, cmd.session_id))
-    return ids[-1] if cmd.want_id and ids else len(cmd.rows)
+    n = len(rows)
+    ids = insert_message_rows(conn, zip(repeat(session_id, n), rows), n, returning=cmd.want_id)
+    calls = rows[0].tool_call_count if n == 1 else sum(row.tool_call_count for row in rows)
+    conn.execute(_COUNT_SQL, (n, calls, session_id))
+    return ids[-1] if cmd.want_id and ids else n
 
 
 @handles_bulk(AppendMessages)

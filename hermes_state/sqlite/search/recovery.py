@@ -97,23 +97,50 @@ def apply_with_fts_recovery(
     Outcomes keep batch order. Raises only what ``apply`` raises before any
     command committed.
     """
+    # The common case, once per commit: no corruption met, the outcomes as they are.
+    try:
+        results = apply(conn, commands)
+    except Exception as exc:
+        if not is_fts_corruption_error(exc):
+            raise  # nothing committed: the batch fails as a whole
+        return _recover_and_reapply(conn, commands, apply, exc)
+    if len(results) == len(commands) and all(ok or not is_fts_corruption_error(value) for ok, value in results):
+        return results
+    return _recover_and_reapply(conn, commands, apply, results)
+
+
+def _attempt(conn: Any, commands: Sequence[Any], apply: Callable[[Any, Sequence[Any]], list[Outcome]]) -> Any:
+    try:
+        return apply(conn, commands)
+    except Exception as exc:
+        return exc
+
+
+def _recover_and_reapply(
+    conn: Any,
+    commands: Sequence[Any],
+    apply: Callable[[Any, Sequence[Any]], list[Outcome]],
+    first: list[Outcome] | Exception,
+) -> list[Outcome]:
+    """The rest of :func:`apply_with_fts_recovery` once the first attempt (``first``) met corruption."""
     outcomes: list[Outcome | None] = [None] * len(commands)
     pending = list(range(len(commands)))
     recoveries = 0
-    while pending:
-        try:
-            results = apply(conn, [commands[i] for i in pending])
-        except Exception as exc:
+    attempt = first
+    while True:
+        if isinstance(attempt, Exception):
+            exc = attempt
             if recoveries < MAX_RECOVERIES and is_fts_corruption_error(exc) and recover_fts(conn, [exc]):
                 recoveries += 1
+                attempt = _attempt(conn, [commands[i] for i in pending], apply)
                 continue
             if len(pending) == len(commands):
-                raise  # nothing committed: the batch fails as a whole, as before
+                raise exc  # nothing committed: the batch fails as a whole, as before
             for i in pending:
                 outcomes[i] = (False, exc)
             break
         retry, errors = [], []
-        for i, outcome in zip(pending, results):
+        for i, outcome in zip(pending, attempt):
             outcomes[i] = outcome
             if not outcome[0] and is_fts_corruption_error(outcome[1]):
                 retry.append(i)
@@ -122,4 +149,5 @@ def apply_with_fts_recovery(
             break
         recoveries += 1
         pending = retry
+        attempt = _attempt(conn, [commands[i] for i in pending], apply)
     return [o if o is not None else (False, RuntimeError("command was not applied")) for o in outcomes]
