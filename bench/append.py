@@ -23,7 +23,10 @@ store makes:
 
 A "paired" line repeats (b) with the limit and the store alternating in ten
 segments of the same run (same load, same file growth for both), a ratio
-that drift between two separate runs cannot tilt.
+that drift between two separate runs cannot tilt. The same segments also
+time the limit's transaction run on an aiosqlite thread, one awaited round
+trip per row: the floor of any store whose writer is a thread off the event
+loop, printed as a ratio of the limit and the store as a ratio of it.
 
 ``--naive`` adds the old naive contender (one aiosqlite connection behind an
 ``asyncio.Lock``, one transaction per write). A last step measures the
@@ -359,39 +362,50 @@ async def paired_reads(SessionDB: Any, path: Path, sid: str, pairs: int = 5) -> 
         await db.close()
 
 
-async def paired_b(SessionDB: Any, w: Workload, d: Path, segments: int = 10) -> tuple[float, float]:
-    """Seconds of the store's shape (b) and of its one-commit-per-row limit, timed in alternating segments.
+async def paired_b(SessionDB: Any, w: Workload, d: Path, segments: int = 10) -> tuple[float, float, float]:
+    """Seconds of the store's shape (b), of its one-commit-per-row limit, and of that limit with one
+    thread round trip per row, timed in alternating segments.
 
     The 5,000 appends are cut into ``segments`` slices; each slice is written
-    by the limit and by the store back to back (which goes first alternates),
-    so both see the same machine load and the same file growth, and drift
-    between two separate runs cannot tilt the ratio.
+    by every contender back to back (the order rotates), so all see the same
+    machine load and the same file growth, and drift between separate runs
+    cannot tilt the ratios. The third contender runs the limit's own
+    transaction per row on an aiosqlite connection's thread, awaited from the
+    event loop: the floor of any store that keeps SQLite off the loop (the
+    design's writer thread), which the store cannot beat.
     """
-    from hermes_state.sqlite.driver import driver_module
+    from hermes_state.sqlite.driver import driver_module, open_connection, run_on
 
     conn = driver_module().connect(str(d / "paired-limit.db"), isolation_level=None, check_same_thread=False)
+    hop = await open_connection(str(d / "paired-hop.db"))
     db = SessionDB(str(d / "paired-store.db"))
     try:
         _sync_setup(conn)
         conn.execute(SESSION_SQL, ("b", time.time()))
+        await run_on(hop, _sync_setup)
+        await run_on(hop, lambda raw: raw.execute(SESSION_SQL, ("b", time.time())))
         await db.create_session("b", source="bench", model="m")
         texts = list(enumerate(w.texts_b))
         size = -(-len(texts) // segments)
-        store_s = limit_s = 0.0
+        spent = {"store": 0.0, "limit": 0.0, "hop": 0.0}
+        order = ["limit", "store", "hop"]
         for k, start in enumerate(range(0, len(texts), size)):
             part = texts[start : start + size]
-            for who in (("limit", "store") if k % 2 == 0 else ("store", "limit")):
+            for who in order[k % 3 :] + order[: k % 3]:
                 t0 = time.perf_counter()
                 if who == "limit":
                     _write_per_row_commit(conn, [row("b", ROLE[i % 2], x, time.time()) for i, x in part])
-                    limit_s += time.perf_counter() - t0
+                elif who == "hop":
+                    for i, x in part:
+                        await run_on(hop, _write_per_row_commit, [row("b", ROLE[i % 2], x, time.time())])
                 else:
                     for i, x in part:
                         await db.append_message("b", ROLE[i % 2], x)
-                    store_s += time.perf_counter() - t0
-        return store_s, limit_s
+                spent[who] += time.perf_counter() - t0
+        return spent["store"], spent["limit"], spent["hop"]
     finally:
         conn.close()
+        await hop.close()
         await db.close()
 
 
@@ -758,7 +772,7 @@ async def amain(args: argparse.Namespace) -> int:
     checks: list[str] = []
     schema_compared = False
     memory: dict[str, float] | None = None
-    paired: list[tuple[float, float]] = []  # (store, limit) seconds of (b) in alternating segments, per round
+    paired: list[tuple[float, float, float]] = []  # (store, limit, limit + hop) seconds of (b), per round
     started = time.perf_counter()
     print(
         f"hermes-state append benchmark: scale={args.scale} repeat={args.repeat} "
@@ -791,8 +805,7 @@ async def amain(args: argparse.Namespace) -> int:
                     results.setdefault(who, {}).update(res)
             if SessionDB is not None and args.paired and "b" in args.shapes:
                 try:
-                    store_s, limit_s = await paired_b(SessionDB, w, rdir)
-                    paired.append((store_s, limit_s))
+                    paired.append(await paired_b(SessionDB, w, rdir))
                 except Exception:
                     errors["store:b_paired"] = traceback.format_exc()
             for who, res in results.items():
@@ -834,10 +847,15 @@ async def amain(args: argparse.Namespace) -> int:
         per_round = f"  (per round: {', '.join(f'{r:.2f}' for r in rounds)})" if rounds else ""
         print(f"  ({t['shape']}) {t['ratio']:<18} {bound}  got {v:>8}  {t['status']}{per_round}")
     if paired:
-        ratios = [limit_s / store_s for store_s, limit_s in paired]
+        ratios = [limit_s / store_s for store_s, limit_s, _ in paired]
         value = statistics.median(ratios)
         print(f"  (b) paired: store/row_commit, alternating segments of the same run  got {value:>7.2f}x  "
               f"{'PASS' if value >= 0.75 else 'FAIL'} vs 0.75 (per round: {', '.join(f'{r:.2f}' for r in ratios)})")
+        floors = [limit_s / hop_s for _, limit_s, hop_s in paired]
+        at_floor = [hop_s / store_s for store_s, _, hop_s in paired]
+        print(f"      same segments, row_commit with one thread round trip per row (the floor of a writer thread):"
+              f" {statistics.median(floors):.2f}x row_commit; store/that floor {statistics.median(at_floor):.2f}x"
+              f" (per round: {', '.join(f'{a:.2f}/{b:.2f}' for a, b in zip(floors, at_floor))})")
     print()
     compared = "store and baseline schema identical" if schema_compared else "store schema not compared"
     print("file checks: " + (f"all rows, counters and FTS entries present; all files WAL; {compared}"
