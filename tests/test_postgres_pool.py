@@ -39,6 +39,16 @@ async def _pid(pool: ConnectionPool) -> int:
         return int(await conn.fetchval("SELECT pg_backend_pid()"))
 
 
+async def _terminate(admin_dsn: str, pid: int) -> None:
+    """End server process ``pid`` from another connection, then give the notice time to arrive."""
+    admin = await admin_connect(admin_dsn)
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+    await asyncio.sleep(0.1)
+
+
 async def test_grows_lazily_and_reports_metrics(make_pool: Any) -> None:
     pool = await make_pool(pool_size=2, max_overflow=1)
     assert (pool.size(), pool.checkedin(), pool.checkedout(), pool.overflow()) == (2, 0, 0, -2)
@@ -112,12 +122,7 @@ async def test_recycle_replaces_old_connections(make_pool: Any) -> None:
 async def test_pre_ping_replaces_a_terminated_connection(make_pool: Any, pg_admin_dsn: str) -> None:
     pool = await make_pool(pool_size=2, max_overflow=0, pool_pre_ping=True)
     pid = await _pid(pool)
-    admin = await admin_connect(pg_admin_dsn)
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-    finally:
-        await admin.close()
-    await asyncio.sleep(0.1)
+    await _terminate(pg_admin_dsn, pid)
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT 42") == 42
         assert await conn.fetchval("SELECT pg_backend_pid()") != pid
@@ -127,12 +132,7 @@ async def test_pre_ping_replaces_a_terminated_connection(make_pool: Any, pg_admi
 async def test_without_pre_ping_a_connection_known_closed_is_replaced(make_pool: Any, pg_admin_dsn: str) -> None:
     pool = await make_pool(pool_size=1, max_overflow=0, pool_pre_ping=False)
     pid = await _pid(pool)
-    admin = await admin_connect(pg_admin_dsn)
-    try:
-        await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-    finally:
-        await admin.close()
-    await asyncio.sleep(0.1)
+    await _terminate(pg_admin_dsn, pid)
     # The server's termination notice reached the driver, so the idle connection counts as closed.
     assert pool._idle[0].conn.is_closed()
     assert await _pid(pool) != pid
@@ -198,12 +198,7 @@ async def test_the_callers_first_command_runs_once_and_is_the_pre_ping(
         assert await conn.fetchval("SHOW application_name") == "hermes-first"
     assert seen[:2] == [first, "SHOW application_name"]
     if pre_ping:  # a connection gone meanwhile is replaced, and the command runs on the new one
-        admin = await admin_connect(pg_admin_dsn)
-        try:
-            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-        finally:
-            await admin.close()
-        await asyncio.sleep(0.1)
+        await _terminate(pg_admin_dsn, pid)
         async with pool.acquire(first=first) as conn:
             assert await conn.fetchval("SELECT pg_backend_pid()") != pid
             assert await conn.fetchval("SHOW application_name") == "hermes-first"
