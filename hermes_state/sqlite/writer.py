@@ -68,15 +68,7 @@ def _rollback(conn: Any) -> None:
 
 
 class _OptimisticAttemptFailed(Exception):
-    """A handler raised during the optimistic attempt, which was rolled back.
-
-    ``position`` is the failing command, or None when a bulk handler raised.
-    """
-
-    def __init__(self, position: int | None, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.position = position
-        self.error = error
+    """A handler raised during the optimistic attempt, which was rolled back (the error is the cause)."""
 
 
 def _run_optimistic(
@@ -90,7 +82,7 @@ def _run_optimistic(
                 try:
                     results = BULK_HANDLERS[type(commands[run[0]])](conn, [commands[p] for p in run])
                 except Exception as exc:
-                    raise _OptimisticAttemptFailed(None, exc) from exc
+                    raise _OptimisticAttemptFailed(str(exc)) from exc
                 for pos, (ok, value) in zip(run, results):
                     outcomes[pos] = (ok, value if ok else to_stdlib_error(value))
                 continue
@@ -98,7 +90,7 @@ def _run_optimistic(
             try:
                 outcomes[pos] = (True, handler_for(commands[pos])(conn, commands[pos]))
             except Exception as exc:
-                raise _OptimisticAttemptFailed(pos, exc) from exc
+                raise _OptimisticAttemptFailed(str(exc)) from exc
         conn.execute("COMMIT")
     except BaseException:
         _rollback(conn)
@@ -185,8 +177,6 @@ def apply_batch(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
 
 
 def _apply_batch_once(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
-    if len(commands) == 1 and not commands[0].standalone:
-        return _apply_single(conn, commands[0])
     if not any(c.standalone for c in commands):
         return _apply_transaction(conn, commands)
     outcomes: list[Outcome] = []
@@ -244,12 +234,8 @@ def _apply_transaction(conn: Any, commands: Sequence[Command]) -> list[Outcome]:
         _run_optimistic(conn, commands, positions, outcomes)
         positions = []
     except _OptimisticAttemptFailed as failed:
-        if failed.position is not None and len(positions) == 1:
-            # Alone in its transaction: the optimistic attempt was its isolated run.
-            outcomes[failed.position] = (False, to_stdlib_error(failed.error))
-            positions = []
-        else:
-            log.debug("optimistic batch of %d failed (%s); re-running with savepoints", len(positions), failed)
+        # Two commands or more (one alone took _apply_single): isolate them.
+        log.debug("optimistic batch of %d failed (%s); re-running with savepoints", len(positions), failed)
     bulk = True
     while positions:
         try:
