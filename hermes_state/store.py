@@ -231,7 +231,6 @@ class CoreMethods(StoreBase):
             and timestamp is None and api_content is None and display_kind is None and display_metadata is None
         ):
             row = encode_text_turn(role, content, observed)  # the plain turn: same row, fewer steps
-            size = 64 + len(row.content)  # rows_size((row,)): its content is a str, its extras None
         else:
             row = encode_message_args(
                 role=role, content=content, tool_name=tool_name, tool_calls=tool_calls,
@@ -242,14 +241,13 @@ class CoreMethods(StoreBase):
                 effect_disposition=effect_disposition, timestamp=timestamp, api_content=api_content,
                 display_kind=display_kind, display_metadata=display_metadata,
             )
-            size = rows_size((row,))
         command = AppendMessages(
             session_id=require_id(session_id),
             rows=(row,),
             compression_lock_holder=opt_text(compression_lock_holder, "compression_lock_holder"),
             want_id=True,
         )
-        return await self._write(command, patience=TRANSCRIPT_PATIENCE, size=size)
+        return await self._write(command, patience=TRANSCRIPT_PATIENCE, size=rows_size(command.rows))
 
     async def append_messages_batch(
         self,
