@@ -10,7 +10,7 @@ from ...commands.messages import AppendMessages, MessageRow, PopMessage, Replace
 from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
 from ..queries.core import fetch_dicts
-from .common import append_refusal, append_verdicts
+from .common import append_verdict, append_verdicts
 from .message_rows import insert_message_rows
 from .registry import handles, handles_bulk
 
@@ -28,22 +28,11 @@ def insert_rows(conn: Any, session_id: str, rows: Sequence[MessageRow]) -> tuple
     return len(rows), sum(r.tool_call_count for r in rows)
 
 
-# The append guards of one session in one statement (``append_verdicts``
-# takes two): whether it exists, the end reason of an ended one, the holder of
-# a live compression lease.
-_GUARD_SQL = (
-    "SELECT s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END, "
-    "(SELECT holder FROM compression_locks WHERE session_id = ?1 AND expires_at > ?2) "
-    "FROM (SELECT 1) LEFT JOIN sessions AS s ON s.id = ?1"
-)
-
-
 @handles(AppendMessages)
 def append_messages(conn: Any, cmd: AppendMessages) -> int:
     session_id = cmd.session_id
     rows = cmd.rows
-    exists, closed_by, lease_holder = conn.execute(_GUARD_SQL, (session_id, time.time())).fetchone()
-    refusal = append_refusal(session_id, bool(exists), closed_by, lease_holder, cmd.compression_lock_holder)
+    refusal = append_verdict(conn, session_id, cmd.compression_lock_holder, time.time())
     if refusal is not None:
         raise refusal
     n = len(rows)
@@ -112,8 +101,7 @@ def replace_messages(conn: Any, cmd: ReplaceMessages) -> None:
 def pop_message(conn: Any, cmd: PopMessage) -> dict[str, Any] | None:
     # The append guards apply: removing rows under someone else's compaction
     # would desynchronise the summary it is writing.
-    verdict = append_verdicts(conn, [(cmd.session_id, None)], time.time())
-    refusal = next(iter(verdict.values()))
+    refusal = append_verdict(conn, cmd.session_id, None, time.time())
     if isinstance(refusal, SessionNotFoundError):
         return None
     if refusal is not None:
