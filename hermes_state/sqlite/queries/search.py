@@ -92,7 +92,6 @@ class _Search(NamedTuple):
     repairable: bool
     with_snippet: bool
     with_context: bool
-    default_rank: frozenset[str]  # index tables whose rank is plain bm25()
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -252,26 +251,29 @@ def _phrase_count(match: str) -> int:
 def _ranked_sql(table: str, inline: bool, count: int) -> str:
     """The ranked statement of :func:`_ranked_ids`.
 
+    ``ORDER BY +rank, rowid`` with a LIMIT: the unary plus keeps FTS5 from
+    taking the ORDER BY (its own ``ORDER BY rank`` materialises and sorts
+    every match), so SQLite keeps just the best rows while scoring, and the
+    ``rank`` column is whatever rank the table is configured with (plain
+    ``bm25()`` unless someone set another): no need to look the setting up.
+
     FTS5's ``ORDER BY rank`` reads the LIMIT's value while planning (the
     sorter keeps only that many rows), so SQLite recompiles such a statement
     whenever its bound LIMIT is bound again: on every run. The count is part
-    of that statement's text instead; the ``bm25()`` form takes it bound.
+    of that statement's text instead; the other form takes it bound.
     """
     if not inline:
-        return f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}), rowid LIMIT ?"
+        return f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY +rank, rowid LIMIT ?"
     return f"SELECT rowid, {_inline_snippet(table)} FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT {int(count)}"
 
 
 def _ranked_ids(conn: Any, table: str, match: str, count: int, inline: bool) -> tuple[list[int], dict[int, Any]]:
     """The ``count`` best-ranked ids, with snippets when the statement can build them cheaply.
 
-    On ``messages_fts``, ``ORDER BY bm25(t), rowid`` with a LIMIT lets SQLite
-    keep just the best rows while scoring (FTS5's own ``ORDER BY rank``
-    materialises and sorts every match) in the same order as ``rank``, and
-    snippets are built afterwards for the page only. Where that is dear
-    (see :func:`_snippets_inline`) the statement is FTS5's ``ORDER BY
-    rank``, which builds each snippet for the rows it returns only, in the
-    same pass.
+    Snippets are built afterwards for the page only, except where that is
+    dear (see :func:`_snippets_inline`): then the statement is FTS5's
+    ``ORDER BY rank``, which builds each snippet for the rows it returns
+    only, in the same pass.
     """
     if not inline:
         rows = conn.execute(_ranked_sql(table, False, 0), (match, count)).fetchall()
@@ -362,7 +364,7 @@ def _index_hits(conn: Any, req: _Search, table: str, match: str) -> list[dict[st
     rows: Sequence[Sequence[Any]] | None = None
     snippets: dict[int, Any] = {}
     windows: dict[int, Any] = {}
-    if by_rank and not (req.sources is not None or req.excluded or req.roles) and table in req.default_rank:
+    if by_rank and not (req.sources is not None or req.excluded or req.roles):
         ranked = _ranked_candidates(conn, req, table, match, windows)
         if ranked is not None:
             rows, snippets = ranked
@@ -590,7 +592,7 @@ def search_messages_rows(
         state = read_state(conn)
         req = _Search(
             sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
-            with_context, state.default_rank,
+            with_context,
         )
         route, hits = _route(conn, req, state)
         windows: dict[int, list[dict[str, Any]]] = {}
