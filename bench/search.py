@@ -343,7 +343,7 @@ def _in_flight(timer: Timer) -> bool:
 def floor_latencies(path: Path, queries: dict[str, list[str]], rounds: int, cjk_lib: Path | None) -> dict[str, list[float]]:
     """The bare FTS5 statement per query (no joins, snippet or context), on a plain connection."""
     from hermes_state.sqlite.driver import driver_module
-    from hermes_state.sqlite.search.sanitize import sanitize_fts5_query
+    from hermes_state.search_text.sanitize import sanitize_fts5_query
 
     conn = driver_module().connect(f"file:{path}?mode=ro", uri=True)
     out: dict[str, list[float]] = {}

@@ -151,7 +151,7 @@ async def _build(db: Any, corpus: _Large | _Zipf) -> float:
 
 async def _count(conn: Any, text: str) -> int:
     from hermes_state.postgres.queries.search import tsquery_parts
-    from hermes_state.sqlite.search.sanitize import sanitize_fts5_query
+    from hermes_state.search_text.sanitize import sanitize_fts5_query
 
     tsq, params = tsquery_parts(sanitize_fts5_query(text))
     if tsq is None:  # "and", "or", "not" are operators, not words
@@ -203,7 +203,7 @@ def bare_statements(
         tsquery_parts,
         word_search_statement,
     )
-    from hermes_state.sqlite.search.sanitize import contains_cjk, sanitize_fts5_query
+    from hermes_state.search_text.sanitize import contains_cjk, sanitize_fts5_query
 
     # The store reads the hits' context windows in the statement that returns them.
     word = word_search_statement(query, LIMIT, bitmap=bitmap, context=cls not in SUBSTRING_CLASSES)

@@ -147,7 +147,7 @@ FALLBACK_CLASSES = ("phrase-fallback", "zero-hit")
 
 def bare_statement(cls: str, query: str) -> tuple[str, str]:
     """(sql, match) of the one statement that serves ``query`` of class ``cls``."""
-    from hermes_state.sqlite.search.sanitize import (
+    from hermes_state.search_text.sanitize import (
         quote_for_substring_index,
         sanitize_fts5_query,
     )
@@ -165,7 +165,7 @@ def floor_statements(cls: str, query: str) -> list[tuple[str, str]] | None:
     nothing, which is how the store learns to fall back), then the trigram one; else None."""
     if cls not in FALLBACK_CLASSES:
         return None
-    from hermes_state.sqlite.search.sanitize import sanitize_fts5_query
+    from hermes_state.search_text.sanitize import sanitize_fts5_query
 
     exact = f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT {LIMIT}"
     return [(exact, sanitize_fts5_query(query)), bare_statement(cls, query)]

@@ -31,7 +31,9 @@ def _one_sided(left: set[str], right: set[str], allowed: dict[str, str]) -> list
 
 
 # The layers above the backends: they name queries and commands, never a driver or SQL.
-NEUTRAL_MODULES = ("facade.py", "actor.py", "store.py", "backend.py", "conversation.py", "rules.py", "methods", "commands")
+NEUTRAL_MODULES = (
+    "facade.py", "actor.py", "store.py", "backend.py", "conversation.py", "rules.py", "methods", "commands", "search_text",
+)
 DRIVERS = {"sqlite3", "aiosqlite", "pysqlite3", "asyncpg"}
 # The one sanctioned reach down: the facade builds the default (SQLite) backend.
 ALLOWED_BACKEND_IMPORTS = {("facade.py", ".sqlite.backend")}
@@ -58,6 +60,21 @@ def test_layers_above_the_backends_import_no_driver_and_no_backend() -> None:
                 backend = module.startswith(".") and parts[0] in ("sqlite", "postgres")
                 if parts[0] in DRIVERS or (backend and (rel, module) not in ALLOWED_BACKEND_IMPORTS):
                     offending.append(f"{rel}: {module}")
+    assert offending == []
+
+
+def test_backends_import_nothing_of_each_other() -> None:
+    # What both need (the query sanitizer, bounded snippets, shared rules) lives above them.
+    offending = []
+    for own, other in (("sqlite", "postgres"), ("postgres", "sqlite")):
+        for path in sorted((PACKAGE / own).rglob("*.py")):
+            depth = len(path.relative_to(PACKAGE).parts) - 1
+            for module in _imports(path):
+                dots = len(module) - len(module.lstrip("."))
+                parts = module.lstrip(".").split(".")
+                # "..postgres" from sqlite/x.py, "...postgres" from sqlite/queries/x.py
+                if (dots == depth + 1 and parts[0] == other) or module.startswith(f"hermes_state.{other}"):
+                    offending.append(f"{path.relative_to(PACKAGE).as_posix()}: {module}")
     assert offending == []
 
 

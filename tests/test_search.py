@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hermes_state import SessionDB, StoreClosedError
-from hermes_state.sqlite.search.sanitize import (
+from hermes_state.search_text.sanitize import (
     boolean_groups,
     gap_terms,
     has_lone_cjk_run,

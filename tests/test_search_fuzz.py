@@ -181,7 +181,7 @@ def _tokens(sanitized_raw: str) -> list[str]:
 
 
 def _check_hits(world: Fixture, query: str, hits: list[dict[str, Any]], opts: dict[str, Any], route: str) -> None:
-    from hermes_state.sqlite.search.sanitize import sanitize_fts5_query
+    from hermes_state.search_text.sanitize import sanitize_fts5_query
 
     assert len(hits) <= opts["limit"]
     assert len({h["id"] for h in hits}) == len(hits)

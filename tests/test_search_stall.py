@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from hermes_state import ConfigError, SearchTimeoutError, SessionDB, StoreClosedError
-from hermes_state.sqlite.search.snippet import (
+from hermes_state.search_text.snippet import (
     bounded_snippet,
     hits_exceed,
     phrase_pattern,

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 from typing import Any, NamedTuple
 
-from ..sqlite.search.sanitize import CJK_RANGES
+from ..search_text.sanitize import CJK_RANGES
 
 __all__ = [
     "CJK_INDEX",

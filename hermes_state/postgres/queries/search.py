@@ -16,7 +16,7 @@ serves where the extension could be had (a sequential scan otherwise).
 
 Snippets are built in Python for the returned page only, from at most the
 first 64 KiB of each hit, with the bounded window of
-``sqlite.search.snippet``: a row with thousands of hits costs no more than
+``search_text.snippet``: a row with thousands of hits costs no more than
 one with a few. The search deadline is the facade's: cancelling the
 awaiting task makes asyncpg cancel the statement on the server, and the
 pool rolls the connection back before reusing it.
@@ -30,7 +30,7 @@ import time
 from typing import Any, NamedTuple
 
 from ...previews import context_text
-from ...sqlite.search.sanitize import (
+from ...search_text.sanitize import (
     OPERATORS,
     contains_cjk,
     count_cjk,
@@ -40,7 +40,7 @@ from ...sqlite.search.sanitize import (
     sanitize_fts5_query,
     trigram_eligible,
 )
-from ...sqlite.search.snippet import bounded_snippet, phrase_pattern
+from ...search_text.snippet import bounded_snippet, phrase_pattern
 from ..content import from_columns
 from ..schema import SEARCH_COLUMN
 from ..search_schema import CJK_ROWS, TRIGRAM_DOCUMENT

@@ -28,7 +28,7 @@ from ..search.fts_schema import (
     trash_tables,
 )
 from ..search.recovery import is_fts_corruption_error
-from ..search.sanitize import (
+from ...search_text.sanitize import (
     boolean_groups,
     contains_cjk,
     count_cjk,
@@ -42,7 +42,7 @@ from ..search.sanitize import (
 )
 from ..search.context import WINDOW_COLUMN_COUNT, clipped, column, contexts, unclip, window, window_columns
 from ..search.state import FtsState, read_state
-from ..search.snippet import (
+from ...search_text.snippet import (
     MAX_FTS5_SNIPPET_HITS,
     bounded_snippet,
     hits_exceed,
