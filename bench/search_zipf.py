@@ -26,6 +26,15 @@ timed in the same rounds, runs both statements such a query cannot skip in
 one thread call: the exact statement (its empty answer is what sends the
 store to the fallback), then the trigram one.
 
+A fourth side, ``plain``, returns the same page as the store by hand, in
+the same rounds: the ranked statement with FTS5's ``snippet()`` (after the
+empty exact statement, for the two fallback classes), then one statement
+for the page's rows, their sessions and each hit's neighbours, in one read
+transaction on the bare connection. The bare statement returns row ids
+only; ``plain`` is what any store returning hits with snippets and context
+windows has to run, so ``store / plain`` is the store's own overhead and
+``plain / bare`` the price of the page itself.
+
     python3 bench/search.py --suite zipf
     python3 bench/search.py --suite zipf --rounds 30 --json bench/out/zipf.json
     python3 bench/search.py --suite zipf --cpu-rounds 15   # also the reader-thread CPU of each side
@@ -171,6 +180,46 @@ def floor_statements(cls: str, query: str) -> list[tuple[str, str]] | None:
     return [(exact, sanitize_fts5_query(query)), bare_statement(cls, query)]
 
 
+_PLAIN_RANKED = (
+    "SELECT rowid, CAST(snippet({t}, -1, '>>>', '<<<', '...', 40) AS BLOB) FROM {t} WHERE {t} MATCH ? "
+    f"ORDER BY rank LIMIT {LIMIT}"
+)
+_PLAIN_NEIGHBOUR = (
+    "(SELECT json_array(x.role, substr(x.content, 1, 200)) FROM messages AS x WHERE x.session_id = m.session_id "
+    "AND (x.timestamp, x.id) {op} (m.timestamp, m.id) ORDER BY x.timestamp {order}, x.id {order} LIMIT 1)"
+)
+_PLAIN_ROWS = (
+    "SELECT m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name, s.source, s.model, s.started_at, "
+    + _PLAIN_NEIGHBOUR.format(op="<", order="DESC") + ", " + _PLAIN_NEIGHBOUR.format(op=">", order="ASC")
+    + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
+    "WHERE (m.active = 1 OR m.compacted = 1) AND m.id IN ({marks})"
+)
+_EXACT = f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT {LIMIT}"
+
+
+def plain_statements(cls: str, query: str) -> tuple[str | None, str, str]:
+    """(the exact statement's match, or None; the ranked statement; its match) of ``query``'s plain page."""
+    _, match = bare_statement(cls, query)
+    table = "messages_fts_trigram" if cls in FALLBACK_CLASSES else "messages_fts"
+    exact = floor_statements(cls, query)
+    return (exact[0][1] if exact else None), _PLAIN_RANKED.format(t=table), match
+
+
+def plain_page(raw: Any, exact: str | None, ranked_sql: str, match: str) -> int:
+    """The store's page by hand (see the module docstring); returns its row count."""
+    raw.execute("BEGIN")
+    try:
+        if exact is not None:
+            raw.execute(_EXACT, (exact,)).fetchall()  # empty: what sends a fallback class to the trigram index
+        ranked = raw.execute(ranked_sql, (match,)).fetchall()
+        if not ranked:
+            return 0
+        ids = [row[0] for row in ranked]
+        return len(raw.execute(_PLAIN_ROWS.format(marks=", ".join("?" * len(ids))), ids).fetchall())
+    finally:
+        raw.execute("COMMIT")
+
+
 def _fetch_all(raw: Any, statements: list[tuple[str, str]]) -> None:
     for sql, match in statements:
         raw.execute(sql, (match,)).fetchall()
@@ -197,12 +246,13 @@ async def measure(db: Any, bare: Any, queries: dict[str, list[str]], rounds: int
     rng = random.Random(SEED + 1)
     rng.shuffle(schedule)
     out: dict[str, dict[str, list[float]]] = {
-        cls: {"store": [], "bare": [], "floor": [], "hits": []} for cls in queries
+        cls: {"store": [], "bare": [], "floor": [], "plain": [], "hits": [], "plain_hits": []} for cls in queries
     }
     for cls, q in schedule:
         sql, match = bare_statement(cls, q)
         floor = floor_statements(cls, q)
-        sides = ("store", "bare", "floor") if floor else ("store", "bare")
+        plain = plain_statements(cls, q)
+        sides = ("store", "bare", "plain", "floor") if floor else ("store", "bare", "plain")
         # Random order within the round: no side always follows another
         # (a warmer cache, a writer's commit just landed).
         for side in rng.sample(sides, len(sides)):
@@ -211,10 +261,13 @@ async def measure(db: Any, bare: Any, queries: dict[str, list[str]], rounds: int
                 hits = await db.search_messages(q, limit=LIMIT)
             elif side == "floor":
                 await run_on(bare, _fetch_all, floor)
+            elif side == "plain":
+                plain_hits = await run_on(bare, plain_page, *plain)
             else:
                 await run_on(bare, _fetch, sql, match)
             out[cls][side].append((time.perf_counter() - start) * 1000)
         out[cls]["hits"].append(len(hits))
+        out[cls]["plain_hits"].append(plain_hits)
         await asyncio.sleep(0)
     return out
 
@@ -339,6 +392,16 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> tuple[bool, dict[s
                 f"{pct(values['floor'], 50):.2f} p95 {floor95:.2f}, {floor95 / bare95:.2f}x bare; store {store95 / floor95:.2f}x it"
             )
             summary[cls]["floor_p95"] = floor95
+    print("the same page by hand (ranked statement with snippet(), then rows, sessions and neighbours; one read transaction):")
+    for cls, values in data["result"].items():
+        plain50, plain95 = pct(values["plain"], 50), pct(values["plain"], 95)
+        store95, bare95 = summary[cls]["store_p95"], summary[cls]["bare_p95"]
+        plain_hits = sum(values["plain_hits"]) / max(1, len(values["plain_hits"]))
+        print(
+            f"  {cls:<16} {plain_hits:>5.1f} hits | p50 {plain50:6.2f} p95 {plain95:6.2f} | {plain95 / bare95:.2f}x bare; "
+            f"store {store95 / plain95:.2f}x it (p50 {summary[cls]['store_p50'] / plain50:.2f}x)"
+        )
+        summary[cls]["plain_p50"], summary[cls]["plain_p95"] = plain50, plain95
     if data.get("cpu"):
         print(f"reader-thread CPU per query, fastest of {args.cpu_rounds} (ms, no writers): class bare store ratio")
         for cls, (bare, store) in data["cpu"].items():
