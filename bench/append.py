@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -349,7 +350,11 @@ async def paired_reads(SessionDB: Any, path: Path, sid: str, pairs: int = 5) -> 
         same = await db.get_messages(sid) == plain
         store_times, plain_times = [], []
         for _ in range(pairs):
+            # Each read starts from a collected heap: 10,000 fresh dicts can set off
+            # a full collection of everything the run has kept, in either read.
+            gc.collect()
             plain_times.append(plain_read(conn, sid)[0])
+            gc.collect()
             t0 = time.perf_counter()
             got = await db.get_messages(sid)
             store_times.append(time.perf_counter() - t0)
