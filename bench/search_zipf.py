@@ -161,6 +161,14 @@ def pick_queries(conn: Any, corpus: ZipfCorpus) -> dict[str, list[str]]:
 FALLBACK_CLASSES = ("phrase-fallback", "zero-hit")
 
 
+_EXACT = f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT {LIMIT}"
+
+
+def _serving_table(cls: str) -> str:
+    """The index that serves class ``cls``: the trigram index for the fallback classes."""
+    return "messages_fts_trigram" if cls in FALLBACK_CLASSES else "messages_fts"
+
+
 def bare_statement(cls: str, query: str) -> tuple[str, str]:
     """(sql, match) of the one statement that serves ``query`` of class ``cls``."""
     from hermes_state.search_text.sanitize import (
@@ -169,9 +177,8 @@ def bare_statement(cls: str, query: str) -> tuple[str, str]:
     )
 
     match = sanitize_fts5_query(query)
-    table = "messages_fts"
+    table = _serving_table(cls)
     if cls in FALLBACK_CLASSES:
-        table = "messages_fts_trigram"
         match = quote_for_substring_index(match.strip('"').strip())
     return f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT {LIMIT}", match
 
@@ -183,8 +190,7 @@ def floor_statements(cls: str, query: str) -> list[tuple[str, str]] | None:
         return None
     from hermes_state.search_text.sanitize import sanitize_fts5_query
 
-    exact = f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT {LIMIT}"
-    return [(exact, sanitize_fts5_query(query)), bare_statement(cls, query)]
+    return [(_EXACT, sanitize_fts5_query(query)), bare_statement(cls, query)]
 
 
 _PLAIN_RANKED = (
@@ -201,23 +207,22 @@ _PLAIN_ROWS = (
     + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
     "WHERE (m.active = 1 OR m.compacted = 1) AND m.id IN ({marks})"
 )
-_EXACT = f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT {LIMIT}"
+def plain_statements(
+    cls: str, match: str, floor: list[tuple[str, str]] | None
+) -> tuple[tuple[str, str] | None, str, str]:
+    """(the floor's exact statement, or None; the ranked statement; its match) of a query's plain page.
+
+    ``match`` is the bare statement's and ``floor`` the query's :func:`floor_statements`.
+    """
+    return (floor[0] if floor else None), _PLAIN_RANKED.format(t=_serving_table(cls)), match
 
 
-def plain_statements(cls: str, query: str) -> tuple[str | None, str, str]:
-    """(the exact statement's match, or None; the ranked statement; its match) of ``query``'s plain page."""
-    _, match = bare_statement(cls, query)
-    table = "messages_fts_trigram" if cls in FALLBACK_CLASSES else "messages_fts"
-    exact = floor_statements(cls, query)
-    return (exact[0][1] if exact else None), _PLAIN_RANKED.format(t=table), match
-
-
-def plain_page(raw: Any, exact: str | None, ranked_sql: str, match: str) -> int:
+def plain_page(raw: Any, exact: tuple[str, str] | None, ranked_sql: str, match: str) -> int:
     """The store's page by hand (see the module docstring); returns its row count."""
     raw.execute("BEGIN")
     try:
         if exact is not None:
-            raw.execute(_EXACT, (exact,)).fetchall()  # empty: what sends a fallback class to the trigram index
+            raw.execute(exact[0], (exact[1],)).fetchall()  # empty: what sends a fallback class to the trigram index
         ranked = raw.execute(ranked_sql, (match,)).fetchall()
         if not ranked:
             return 0
@@ -259,7 +264,7 @@ async def measure(db: Any, conns: dict[str, Any], queries: dict[str, list[str]],
     for cls, q in schedule:
         sql, match = bare_statement(cls, q)
         floor = floor_statements(cls, q)
-        plain = plain_statements(cls, q)
+        plain = plain_statements(cls, match, floor)
         sides = ("store", "bare", "plain", "floor") if floor else ("store", "bare", "plain")
         # Random order within the round: no side always follows another
         # (a warmer cache, a writer's commit just landed).
