@@ -14,7 +14,7 @@ the markers, and rebuilds the cache when the cookie moved.
 A configured ``rank`` needs no check here: the ranked statements order by
 the ``rank`` column itself (see ``queries/search.py``). Under writers each
 table read is a page read after the commit emptied the page cache, so
-every table this statement leaves out is time off every search.
+every table the state read leaves out is time off every search.
 """
 
 from __future__ import annotations
