@@ -25,6 +25,8 @@ __all__ = [
     "CompressionSessionBusyError",
     "SessionCompressionInProgressError",
     "SessionTurnLeaseLostError",
+    "SessionTurnTimeoutError",
+    "SessionTurnAbortedError",
     "SessionResumeTooLargeError",
     "SessionExportTooLargeError",
     "WalUnsupportedError",
@@ -89,11 +91,15 @@ class CompressionSessionBusyError(RuntimeError):
 
 
 class SessionCompressionInProgressError(CompressionSessionBusyError):
-    """An append met another writer's live compression lease."""
+    """A compaction's compression lease was lost (``archive_and_compact(lock_holder=...)``).
 
-    def __init__(self, session_id: str) -> None:
+    Never retried: a lost lease is permanent. Appends no longer meet this
+    error; a compression lease does not hold them back.
+    """
+
+    def __init__(self, session_id: str, message: str | None = None) -> None:
         self.session_id = session_id
-        super().__init__(f"Session '{session_id}' is being compressed by another writer")
+        super().__init__(message or f"Session '{session_id}' is being compressed by another writer")
 
 
 class SessionTurnLeaseLostError(RuntimeError):
@@ -108,6 +114,23 @@ class SessionTurnLeaseLostError(RuntimeError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"Session turn lease lost; refusing transcript write for '{session_id}'")
+
+
+class SessionTurnTimeoutError(TimeoutError):
+    """:meth:`~hermes_state.SessionDB.session_turn` waited ``wait_seconds`` and the lease stayed held."""
+
+    def __init__(self, session_id: str, waited: float) -> None:
+        self.session_id = session_id
+        self.waited = waited
+        super().__init__(f"session_turn_lease_timeout:{session_id} (waited {waited:.1f}s for another turn to end)")
+
+
+class SessionTurnAbortedError(RuntimeError):
+    """:meth:`~hermes_state.SessionDB.session_turn` stopped waiting because ``should_abort()`` said so."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"waiting for the turn lease of session '{session_id}' was aborted")
 
 
 class CompressionSessionClosedError(RuntimeError):

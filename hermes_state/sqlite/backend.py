@@ -382,6 +382,10 @@ class SQLiteBackend:
             return uri + "&immutable=1"
         return uri
 
+    def lease_identity(self) -> str:
+        """The file, as every store in this process on it names it for turn-lease wake-ups."""
+        return os.path.realpath(self.path)
+
     def write_refusal(self) -> Exception | None:
         """The error every write raises before it is queued, once the file is known to be damaged."""
         if self.damaged is None:

@@ -15,6 +15,7 @@ from ...errors import SessionResumeTooLargeError
 from ...limits import INT64_MAX
 from .core import MESSAGE_SELECT, message_dict, session_chain
 from ..lineage_sql import compression_tip, continuation_sql
+from ..clock import DB_NOW
 from .registry import query
 
 __all__ = ["session_rows"]
@@ -179,8 +180,9 @@ async def live_compression_child(conn: Any, parent_session_id: str) -> dict[str,
 
 @query
 async def compression_lock_holder(conn: Any, session_id: str, now: float) -> str | None:
+    """The live holder by the database clock (``now``, the caller's clock, is SQLite's and unused here)."""
     return await conn.fetchval(
-        "SELECT holder FROM compression_locks WHERE session_id = $1 AND expires_at >= $2", session_id, now
+        f"SELECT holder FROM compression_locks WHERE session_id = $1 AND expires_at >= {DB_NOW}", session_id
     )
 
 
@@ -204,3 +206,11 @@ async def compression_counter(conn: Any, session_id: str, column: str) -> int:
         raise ValueError(f"unknown compression counter: {column!r}")
     value = await conn.fetchval(f"SELECT {column} FROM sessions WHERE id = $1", session_id)
     return max(0, int(value or 0))
+
+
+@query
+async def active_message_watermark(conn: Any, session_id: str) -> int:
+    """The id of the session's newest active message, 0 when it has none."""
+    return int(
+        await conn.fetchval("SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_id = $1 AND active = 1", session_id)
+    )

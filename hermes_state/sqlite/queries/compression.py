@@ -289,3 +289,12 @@ def compression_counter(conn: Any, session_id: str, column: str) -> int:
         return max(0, int(row[0] or 0)) if row is not None else 0
     except (TypeError, ValueError):
         return 0
+
+
+@query
+def active_message_watermark(conn: Any, session_id: str) -> int:
+    """The id of the session's newest active message, 0 when it has none."""
+    return int(
+        conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_id = ? AND active = 1", (session_id,))
+        .fetchone()[0]
+    )
