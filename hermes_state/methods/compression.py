@@ -211,6 +211,9 @@ class CompressionMethods(StoreBase):
         handoff or a missing or already ended parent, and
         :class:`~hermes_state.SessionTurnLeaseLostError` for a lost turn lease.
         """
+        watermark = None if watermark is None else _row_id(watermark, "watermark")
+        watermark_ceiling = None if watermark_ceiling is None else _row_id(watermark_ceiling, "watermark_ceiling")
+        fence = transcript_fence(turn_lease_holder, turn_lease_ttl_seconds)
         if not messages:
             raise RuntimeError("Compression child handoff must not be empty")
 
@@ -234,9 +237,9 @@ class CompressionMethods(StoreBase):
             profile_name=opt_text(profile_name, "profile_name"),
             compression_lock_holder=opt_text(compression_lock_holder, "compression_lock_holder"),
             require_compression_lease=bool(require_compression_lease),
-            watermark=None if watermark is None else _row_id(watermark, "watermark"),
-            watermark_ceiling=None if watermark_ceiling is None else _row_id(watermark_ceiling, "watermark_ceiling"),
-            fence=transcript_fence(turn_lease_holder, turn_lease_ttl_seconds),
+            watermark=watermark,
+            watermark_ceiling=watermark_ceiling,
+            fence=fence,
         )
         await self._write(command, size=rows_size(rows))
 
