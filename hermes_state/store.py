@@ -449,7 +449,12 @@ class CoreMethods(StoreBase):
         repair_alternation: bool = False,
         include_row_ids: bool = False,
     ) -> list[dict[str, Any]]:
-        """Return the transcript as OpenAI-style message dicts (``[]`` for an unknown session)."""
+        """Return the transcript as OpenAI-style message dicts (``[]`` for an unknown session).
+
+        ``include_ancestors`` puts the ancestors' rows first, walking parent
+        links up to a /branch session (truthy ``model_config._branched_from``),
+        which owns its transcript: a branch loads only its own rows.
+        """
         rows = await self._query(
             "conversation_rows", require_id(session_id), bool(include_ancestors), bool(include_inactive)
         )
