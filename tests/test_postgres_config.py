@@ -210,7 +210,8 @@ async def _show(conn: Any, *names: str) -> list[str]:
 
 
 async def test_psycopg_url_and_keys_reach_every_connection(pg_dsn: str, hermes_home: Path) -> None:
-    url = "postgresql+psycopg://" + pg_dsn.split("://", 1)[1] + "&connect_timeout=5&options=-c%20lock_timeout%3D4321"
+    # Timeouts long enough not to fire: the schema step waits on an advisory lock every test's store shares.
+    url = "postgresql+psycopg://" + pg_dsn.split("://", 1)[1] + "&connect_timeout=5&options=-c%20lock_timeout%3D54321"
     _write(hermes_home, {"connect_args": {
         "connect_timeout": 10, "application_name": "hermes-libpq", "prepare_threshold": None,
         "options": "-c statement_timeout=65432",
@@ -223,7 +224,7 @@ async def test_psycopg_url_and_keys_reach_every_connection(pg_dsn: str, hermes_h
             assert len(await db.get_messages("s")) == i + 1
         backend = db._backend  # type: ignore[attr-defined]
         assert db.db_path.startswith("postgresql+psycopg://")
-        expected = ["65432ms", "4321ms", "hermes-libpq", "off"]
+        expected = ["65432ms", "54321ms", "hermes-libpq", "off"]
         assert await _show(backend._writer_conn, "statement_timeout", "lock_timeout", "application_name",
                            "default_transaction_read_only") == expected
         async with backend.pool.acquire() as conn:

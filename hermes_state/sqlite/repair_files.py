@@ -123,12 +123,18 @@ def record_failed_repair(db: Path, attempted: str) -> int:
     now = fingerprint(db) if db.exists() else attempted
     record = {"fingerprint": now, "failed_attempts": count,
               "last_attempt": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_private(ledger_path(db), json.dumps(record, indent=2).encode())
+    try:
+        write_private(ledger_path(db), json.dumps(record, indent=2).encode())
+    except OSError as exc:  # the ledger is advice: never hide the repair's own outcome behind it
+        log.warning("could not record the failed repair in %s: %s", ledger_path(db), exc)
     return count
 
 
 def clear_ledger(db: Path) -> None:
-    ledger_path(db).unlink(missing_ok=True)
+    try:
+        ledger_path(db).unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not delete the repair ledger %s: %s", ledger_path(db), exc)
 
 
 # ---------------------------------------------------------------------- backups
