@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["PRIVATE_MODE", "copy_private", "open_private", "write_private"]
+__all__ = ["PRIVATE_MODE", "copy_private", "open_private", "replaced_atomically", "write_private"]
 
 PRIVATE_MODE = 0o600
 
@@ -30,18 +33,29 @@ def open_private(path: os.PathLike[str] | str, flags: int = os.O_WRONLY | os.O_C
     return fd
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically: a private file beside it, flushed to disk, renamed over it."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+@contextmanager
+def replaced_atomically(path: Path, *, private: bool = True, tag: str = "tmp") -> Iterator[BinaryIO]:
+    """Yield a file beside ``path`` for its new content; a clean exit flushes it to disk and renames it over ``path``.
+
+    On an error the partial file is removed and ``path`` is left as it was.
+    ``private`` creates the file through :func:`open_private` (mode 0600).
+    """
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{tag}")
     try:
-        with os.fdopen(open_private(temp), "wb") as handle:
-            handle.write(data)
+        with os.fdopen(open_private(temp), "wb") if private else open(temp, "wb") as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically, as a private file."""
+    with replaced_atomically(path) as handle:
+        handle.write(data)
 
 
 def copy_private(source: Path, target: Path) -> None:
