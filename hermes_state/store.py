@@ -395,10 +395,13 @@ class CoreMethods(StoreBase):
         cache_write_tokens: int = 0,
         reasoning_tokens: int = 0,
         estimated_cost_usd: float | None = None,
+        api_call_count: int = 1,
     ) -> None:
-        """Add one auxiliary call (e.g. title generation) to the usage ledger. Returns None.
+        """Add an auxiliary task's usage (e.g. title generation) to the usage ledger. Returns None.
 
-        Session totals are not touched. Empty ``session_id`` or ``task`` is a no-op.
+        ``api_call_count`` is how many API calls the usage covers (checked
+        like the token counters). Session totals are not touched. Empty
+        ``session_id`` or ``task`` is a no-op.
         """
         if not session_id or not task:
             return
@@ -415,6 +418,7 @@ class CoreMethods(StoreBase):
             cache_write_tokens=count_arg(cache_write_tokens, "cache_write_tokens"),
             reasoning_tokens=count_arg(reasoning_tokens, "reasoning_tokens"),
             estimated_cost_usd=opt_number(estimated_cost_usd, "estimated_cost_usd"),
+            api_call_count=count_arg(api_call_count, "api_call_count"),
         )
         await self._write(command, patience=TRANSCRIPT_PATIENCE)
 
@@ -471,7 +475,12 @@ class CoreMethods(StoreBase):
         repair_alternation: bool = False,
         include_row_ids: bool = False,
     ) -> list[dict[str, Any]]:
-        """Return the transcript as OpenAI-style message dicts (``[]`` for an unknown session)."""
+        """Return the transcript as OpenAI-style message dicts (``[]`` for an unknown session).
+
+        ``include_ancestors`` puts the ancestors' rows first, walking parent
+        links up to a /branch session (truthy ``model_config._branched_from``),
+        which owns its transcript: a branch loads only its own rows.
+        """
         rows = await self._query(
             "conversation_rows", require_id(session_id), bool(include_ancestors), bool(include_inactive)
         )

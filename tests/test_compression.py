@@ -478,7 +478,7 @@ def test_exception_classes_of_the_reference() -> None:
     assert issubclass(hermes_state.WalUnsupportedError, sqlite3.OperationalError)
     busy = SessionCompressionInProgressError("x")
     assert (busy.session_id, str(busy)) == ("x", "Session 'x' is being compressed by another writer")
-    assert hermes_state.classify_persistence_error(busy) == "locked"
-    assert hermes_state.classify_persistence_error(CompressionSessionBusyError("Compression lease lost")) == "locked"
+    assert hermes_state.classify_persistence_error(busy) == "compression"
+    assert hermes_state.classify_persistence_error(CompressionSessionBusyError("Compression lease lost")) == "compression"
     closed = CompressionSessionClosedError("x")
     assert closed.session_id == "x"

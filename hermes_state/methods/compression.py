@@ -288,7 +288,12 @@ class CompressionMethods(StoreBase):
         return value
 
     async def get_resume_message_count(self, session_id: str) -> int:
-        """Return how many active rows a full resume loads (the session plus all its ancestors)."""
+        """Return how many active rows a full resume loads: exactly the rows :meth:`get_resume_conversations` reads.
+
+        Those are the session's and its ancestors', except that the walk
+        stops at a /branch session (truthy ``model_config._branched_from``):
+        a branch owns its transcript, so its parent's rows are not counted.
+        """
         return await self._query("resume_message_count", require_id(session_id))
 
     async def assert_resume_safe(self, session_id: str, max_messages: int | None = None) -> int:
@@ -296,7 +301,8 @@ class CompressionMethods(StoreBase):
 
         ``max_messages`` defaults to config ``sessions.max_resume_messages``
         (20000); 0 disables the guard. Returns the number of active rows a
-        resume loads (bounded by the limit when there is one).
+        resume loads (bounded by the limit when there is one), counted as
+        :meth:`get_resume_message_count` counts them.
         """
         session_id = require_id(session_id)
         limit = await self._resume_limit(max_messages)
@@ -309,8 +315,9 @@ class CompressionMethods(StoreBase):
 
         ``model_history`` is the session's own active transcript with the
         alternation repair; ``display_history`` is the whole ancestor chain
-        with replayed user turns dropped. Both carry ``_row_id``. Enforces
-        :meth:`assert_resume_safe` first.
+        with replayed user turns dropped, up to and including the nearest
+        /branch session (a branch owns its transcript: its parent's rows are
+        not shown). Both carry ``_row_id``. Enforces :meth:`assert_resume_safe` first.
         """
         session_id = require_id(session_id)
         rows = await self._query("resume_rows", session_id, await self._resume_limit(None))
@@ -320,7 +327,10 @@ class CompressionMethods(StoreBase):
         return model, display
 
     async def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
-        """Return the display messages that come from the session's ancestors only (no ``_row_id``)."""
+        """Return the display messages that come from the session's ancestors only (no ``_row_id``).
+
+        ``[]`` for a /branch session, which owns its transcript.
+        """
         session_id = require_id(session_id)
         rows = await self._query("resume_rows", session_id, 0)
         ancestors = [row for row in rows if row["session_id"] != session_id]

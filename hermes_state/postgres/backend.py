@@ -23,7 +23,7 @@ from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
 from .config import PostgresConfig, load_postgres_config
-from .dsn import asyncpg_dsn, endpoint, redact_dsn
+from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs
 from .errors import is_busy, is_disconnect, to_store_error, unavailable
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
@@ -122,7 +122,7 @@ class PostgresBackend:
         self._lease_listener = LeaseReleaseListener(self._connect_writer, self.lease_identity())
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        return self.pg_config.connect_kwargs(read_only=self.read_only)
+        return self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
 
     async def _connect_writer(self) -> Any:
         asyncpg = load_driver()
