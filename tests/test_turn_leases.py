@@ -186,6 +186,7 @@ async def test_a_release_wakes_a_waiter_at_once(store: Any) -> None:
     await store.create_session("s", "cli")
     worker = other_store(store)
     try:
+        await worker.get_session("s")  # opened first: the timing below is the wake-up, not the open
         assert await store.try_acquire_session_turn_lease("s", "a")
         waiter = asyncio.create_task(
             worker.acquire_session_turn_lease("s", "b", wait_seconds=30, poll_interval_seconds=20)
