@@ -13,7 +13,6 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from .commands.leases import TurnFence
@@ -22,7 +21,7 @@ from .errors import (
     SessionNotFoundError,
     SessionTurnLeaseLostError,
 )
-from .lease_host import is_local, process_is_gone
+from .lease_host import is_local, pid_is_gone, process_is_gone
 
 __all__ = [
     "import_result",
@@ -65,20 +64,7 @@ def holder_process_is_dead(holder: str) -> bool:
     if match is None:
         return False
     pid = int(match.group(1))
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError, OverflowError):
-        return False
-    try:
-        # Field 3 of /proc/<pid>/stat is the state; "Z" is a killed, unreaped process.
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+    return pid != os.getpid() and pid_is_gone(pid)
 
 
 def fence_holds(fence: TurnFence | None, lease_holder: str | None, lease_token: int | None) -> bool:
