@@ -490,3 +490,17 @@ async def test_process_identity_is_recorded_with_the_lease(store: Any) -> None:
     assert await store.try_acquire_session_turn_lease("s", "a")
     row = await lease_row(store, "s")
     assert row[4:] == (LOCAL_HOST, os.getpid())
+
+
+async def test_turn_leases_lists_every_row_with_its_liveness(store: Any) -> None:
+    from hermes_state.lease_host import LOCAL_HOST
+
+    assert await store.turn_leases() == []
+    await store.create_session("a", "cli")
+    assert await store.try_acquire_session_turn_lease("a", "worker-a", ttl_seconds=60)
+    assert await store.try_acquire_session_turn_lease("b", "worker-b", ttl_seconds=60)
+    await expire(store, "b")
+    rows = await store.turn_leases()
+    assert [(r["conversation_id"], r["holder"], r["live"]) for r in rows] == [("a", "worker-a", True), ("b", "worker-b", False)]
+    assert rows[0]["holder_host"] == LOCAL_HOST and rows[0]["holder_pid"] == os.getpid()
+    assert rows[0]["token"] < rows[1]["token"]
