@@ -163,6 +163,10 @@ class ListingMethods(StoreBase):
         compact_rows: bool = False,
         include_pinned: bool = False,
         session_key: str | None = None,
+        *,
+        started_after: float | None = None,
+        started_before: float | None = None,
+        pinned_only: bool = False,
     ) -> list[dict[str, Any]]:
         """Return one page of sessions for a picker or sidebar, as rich row dicts.
 
@@ -176,7 +180,10 @@ class ListingMethods(StoreBase):
         ``order_by_last_active`` ranks by the freshest activity anywhere in a
         row's compression chain and is the only mode that applies
         ``id_query`` / ``search_query``. ``include_pinned`` appends pinned
-        rows missing from the page. With ``project_compression_tips`` a
+        rows missing from the page. This store's keyword-only additions:
+        ``pinned_only`` lists pinned rows only, ``started_after`` /
+        ``started_before`` (epoch seconds) keep rows that started at or after
+        / before that time; like the other filters they apply in both orders. With ``project_compression_tips`` a
         compression-ended row shows its live tip (``_lineage_root_id`` keeps
         the listed id). Queued token counts are flushed first.
         """
@@ -195,6 +202,9 @@ class ListingMethods(StoreBase):
             search_query=opt_text(search_query, "search_query"),
             compact_rows=flag_arg(compact_rows, "compact_rows"),
             include_pinned=flag_arg(include_pinned, "include_pinned"),
+            pinned_only=flag_arg(pinned_only, "pinned_only"),
+            started_after=None if started_after is None else finite_number(started_after, "started_after"),
+            started_before=None if started_before is None else finite_number(started_before, "started_before"),
         )
         await self.flush_token_counts()
         rows = await self._query("list_sessions_rich", opts)
