@@ -7,7 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .filters import PAGE_SIZE, BadRequest, list_filters, page_number, supports_hidden, text_param
+from .filters import PAGE_SIZE, BadRequest, is_session_id, list_filters, page_number, supports_hidden, text_param
 from .pages import SEARCH_PAGE
 from .render import json_response
 from .transcript import message_id
@@ -54,7 +54,7 @@ async def session_api(request: Request) -> Response:
         limit = _limit(request.query_params.get("limit"))
     except BadRequest as exc:
         return _error(400, str(exc))
-    session = await db.get_session(session_id)
+    session = await db.get_session(session_id) if is_session_id(session_id) else None
     if session is None:
         return _error(404, f"no session with the id {session_id!r}")
     messages = await db.get_messages(session_id, include_inactive=True, limit=limit, after_id=after)

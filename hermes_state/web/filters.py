@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
-__all__ = ["BadRequest", "ListFilters", "PAGE_SIZE", "list_filters", "page_number", "supports_hidden", "text_param"]
+__all__ = ["BadRequest", "ListFilters", "PAGE_SIZE", "list_filters", "is_session_id", "page_number", "supports_hidden", "text_param"]
 
 PAGE_SIZE = 50
 ARCHIVED = ("exclude", "include", "only")
@@ -53,6 +53,11 @@ def text_param(params: Mapping[str, str], name: str) -> str:
     if "\x00" in value:
         raise BadRequest(f"{name} must not contain NUL characters")
     return value
+
+
+def is_session_id(text: str) -> bool:
+    """Whether ``text`` can name a session at all (the store refuses blank ids and NUL)."""
+    return bool(text.strip()) and "\x00" not in text
 
 
 def page_number(text: str | None) -> int:

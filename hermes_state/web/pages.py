@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .chart import METRICS, day_chart
-from .filters import PAGE_SIZE, BadRequest, list_filters, page_number, supports_hidden, text_param
+from .filters import PAGE_SIZE, BadRequest, is_session_id, list_filters, page_number, supports_hidden, text_param
 from .transcript import TAIL_ROWS, message_id, transcript_page
 from .views import message_view, segments, snippet_parts, when
 
@@ -82,7 +82,7 @@ async def session_page(request: Request) -> Response:
         after = message_id(request.query_params.get("after"), "after")
     except BadRequest as exc:
         return bad_request(request, exc)
-    session = await db.get_session(session_id)
+    session = await db.get_session(session_id) if is_session_id(session_id) else None
     if session is None:
         return not_found(request, f"no session with the id {session_id!r}")
     page = await transcript_page(db, session_id, after=after, before=before, at=at)
@@ -111,8 +111,8 @@ async def tail_fragment(request: Request) -> Response:
         after = message_id(request.query_params.get("after"), "after") or 0
     except BadRequest as exc:
         return bad_request(request, exc)
-    if not session_id:
-        return bad_request(request, BadRequest("session is required"))
+    if not is_session_id(session_id):
+        return bad_request(request, BadRequest("session must be a session id"))
     rows = await db.get_messages(session_id, include_inactive=True, limit=TAIL_ROWS, after_id=after)
     if not rows:
         return Response(status_code=204)
