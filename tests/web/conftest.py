@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.web.support import SeededStore, Viewer, new_store, open_target, run_seed
+from tests.web.support import CHROMIUM, SeededStore, Viewer, chromium_args, new_store, open_tab, open_target, run_seed
 
 BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -46,3 +46,33 @@ def viewer(seeded_store: SeededStore, web_home: Path) -> Any:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Any:
+    """Debian's headless chromium through Playwright (never a browser Playwright downloads).
+
+    One per module (the browser tests live in one): while it is open,
+    Playwright's synchronous API keeps an event loop running in this thread,
+    which the worker's later asyncio tests must not find.
+    """
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no chromium at {CHROMIUM}: apt-get install chromium (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args())
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def tab(browser: Any, viewer: Viewer) -> Any:
+    """A page in a fresh browser context; ``tab.requests`` lists every URL it asked for.
+
+    Requests to any host but the viewer's are recorded and aborted, so a
+    failure shows up as an assertion, never as traffic leaving the machine.
+    """
+    yield from open_tab(browser, viewer)

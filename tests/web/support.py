@@ -8,6 +8,7 @@ read from the URL line it prints, and is stopped with a signal.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import base64
 import json
 import os
@@ -116,6 +117,16 @@ async def seed(db: Any) -> Seeded:
     return out
 
 
+def run_async(coroutine: Any) -> Any:
+    """Run ``coroutine`` to the end on a new event loop in a thread of its own; returns its result.
+
+    Playwright's synchronous API keeps an event loop running in the test
+    thread while a browser is open, so ``asyncio.run`` cannot be used there.
+    """
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def run_seed(open_store: Any) -> Seeded:
     """Seed a store built by ``open_store()`` on an event loop of its own, then close it."""
 
@@ -126,7 +137,7 @@ def run_seed(open_store: Any) -> Seeded:
         finally:
             await db.close()
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 class Viewer:
@@ -194,7 +205,10 @@ def wait_for(check: Any, timeout: float = 10.0, every: float = 0.05) -> Any:
 def chromium_args() -> list[str]:
     """Debian's chromium, headless, with nothing that phones home."""
     return ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions"]
+            "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
+            # Should a page ever reach for another host, it resolves nothing and goes to a closed local port.
+            "--dns-prefetch-disable", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            "--proxy-server=http://127.0.0.1:9"]
 
 
 CHROMIUM = os.environ.get("HERMES_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -235,9 +249,33 @@ def new_store(backend: str, directory: Path) -> tuple[str, Any]:
         finally:
             await conn.close()
 
-    asyncio.run(run(f'CREATE SCHEMA "{name}"'))
+    run_async(run(f'CREATE SCHEMA "{name}"'))
 
     def drop() -> None:
-        asyncio.run(run(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+        run_async(run(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
 
     return store_dsn(admin, name), drop
+
+
+def open_tab(browser: Any, viewer: Viewer, **context_options: Any) -> Any:
+    """A page in a fresh context that records every request and lets only the viewer's through (a generator)."""
+    context = browser.new_context(**context_options)
+    page = context.new_page()
+    page.requests = []  # type: ignore[attr-defined]
+    page.foreign = []  # type: ignore[attr-defined]
+    origin = viewer.base.rstrip("/")
+
+    def route(handle: Any) -> None:
+        url = handle.request.url
+        page.requests.append(url)  # type: ignore[attr-defined]
+        if url.startswith(origin + "/") or url == origin or url.startswith("data:"):
+            handle.continue_()
+        else:
+            page.foreign.append(url)  # type: ignore[attr-defined]
+            handle.abort()
+
+    context.route("**/*", route)
+    try:
+        yield page
+    finally:
+        context.close()
