@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.web.support import CHROMIUM, SeededStore, Viewer, chromium_args, new_store, open_tab, open_target, run_seed
+from tests.web.support import BACKEND_PARAMS, CHROMIUM, SeededStore, Viewer, chromium_args, new_store, open_tab, open_target, run_seed
 
-BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hermes_state import SessionDB
 from tests.cli_support import cli_env
 
@@ -212,6 +214,10 @@ def chromium_args() -> list[str]:
 
 
 CHROMIUM = os.environ.get("HERMES_TEST_CHROMIUM", "/usr/bin/chromium")
+
+
+# The backends a viewer test runs on; PostgreSQL ones carry the ``postgres`` mark (.ci/run's second pass skips them).
+BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @dataclass

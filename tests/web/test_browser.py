@@ -4,10 +4,30 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from tests.web.support import HOSTILE, HOSTILE_ID, PIXEL, REMOTE_IMAGE, SeededStore, Viewer, open_tab
+import pytest
+
+from tests.cli_support import REPO, cli_env
+from tests.web.support import (
+    BACKEND_PARAMS,
+    HOSTILE,
+    HOSTILE_ID,
+    PIXEL,
+    REMOTE_IMAGE,
+    SeededStore,
+    Viewer,
+    new_store,
+    open_tab,
+    open_target,
+    run_async,
+)
 
 # Every tag the templates write; anything else in a page was made from stored content.
 TEMPLATE_TAGS = {
@@ -191,3 +211,79 @@ def test_pages_work_without_javascript(browser: Any, viewer: Viewer) -> None:
         tab.click("nav >> text=Usage")
         assert tab.locator("figure.chart svg rect").count() >= 3
         _local_only(tab, viewer)
+
+
+WRITER = """
+import asyncio, sys
+from hermes_state import SessionDB
+from tests.web.support import open_target
+
+async def main():
+    db = open_target(sys.argv[1])
+    try:
+        for n in range(3):
+            await db.append_message("live", "assistant", f"appended by another process {n}")
+    finally:
+        await db.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_live_tail_shows_what_another_process_writes(browser: Any, web_home: Path, tmp_path: Path, backend: str) -> None:
+    db, drop = new_store(backend, tmp_path / "live")
+    try:
+        async def start() -> None:
+            async with open_target(db) as store:
+                await store.create_session("live", "cli")
+                await store.append_message("live", "user", "watch this")
+
+        run_async(start())
+        if backend == "sqlite":
+            assert sorted(p.name for p in (tmp_path / "live").iterdir()) == ["state.db"]  # no -wal when the viewer opens it
+        viewer = Viewer(web_home, db)
+        try:
+            for tab in open_tab(browser, viewer):
+                tab.goto(viewer.base + "sessions/live")
+                assert tab.locator("li.msg").count() == 1
+                tab.wait_for_function("() => document.getElementById('live-status').textContent.startsWith('Live')")
+                writer = subprocess.run([sys.executable, "-c", WRITER, db], env=cli_env(web_home), cwd=str(REPO),
+                                        capture_output=True, text=True, timeout=120)
+                assert writer.returncode == 0, writer.stderr
+                written = time.monotonic()
+                tab.wait_for_function("() => document.querySelectorAll('#tail li.msg').length === 3", timeout=2000)
+                assert time.monotonic() - written < 2.0
+                texts = [item.inner_text() for item in tab.locator("#tail li.msg .text").all()]
+                assert texts == [f"appended by another process {n}" for n in range(3)]
+                tab.wait_for_timeout(1500)  # later polls add nothing twice
+                assert tab.locator("li.msg").count() == 4
+                _local_only(tab, viewer)
+        finally:
+            assert viewer.stop() == 0
+        if backend == "sqlite":
+            assert sorted(p.name for p in (tmp_path / "live").iterdir()) == ["state.db"]
+    finally:
+        drop()
+
+
+def test_token_rule_in_the_browser(browser: Any, seeded_store: SeededStore, web_home: Path) -> None:
+    viewer = Viewer(web_home, seeded_store.db, "--host", "0.0.0.0")
+    try:
+        port = urlsplit(viewer.base).port
+        local = SimpleNamespace(base=f"http://127.0.0.1:{port}/")
+        token = viewer.url.split("?token=", 1)[1]
+        for tab in open_tab(browser, local):
+            assert tab.goto(local.base).status == 401
+            assert tab.goto(local.base + "?token=not-the-token").status == 403
+            response = tab.goto(local.base + "search?q=zebrafish&token=" + token)
+            assert response.status == 200 and tab.url == local.base + "search?q=zebrafish"
+            assert tab.locator("li.hit mark").inner_text() == "zebrafish"
+            cookies = tab.context.cookies()
+            assert [(c["name"], c["value"], c["httpOnly"]) for c in cookies] == [(f"hermes_state_token_{port}", token, True)]
+            tab.click("nav >> text=Sessions")
+            assert tab.locator("table.sessions tbody tr").count() >= 5
+            _inert(tab, "Sessions")  # the token cookie is out of the page's reach
+            _local_only(tab, local)
+    finally:
+        assert viewer.stop() == 0
