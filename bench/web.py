@@ -153,6 +153,14 @@ class Client:
 
     def get(self, path: str) -> float:
         """Seconds until the whole response of ``GET path`` has arrived (it must be a 200)."""
+        try:
+            return self._get(path)
+        except (http.client.RemoteDisconnected, ConnectionResetError):
+            # The server closed an idle keep-alive connection: the retry opens a new one.
+            self.conn.close()
+            return self._get(path)
+
+    def _get(self, path: str) -> float:
         started = time.perf_counter()
         self.conn.request("GET", path)
         response = self.conn.getresponse()

@@ -99,7 +99,7 @@ async def session_page(request: Request) -> Response:
         children=await db.get_child_sessions(session_id),
         usage=await db.get_session_model_usage(session_id),
         segments=segments(message_view(row) for row in page.rows),
-        page=page, live=page.later is None,
+        page=page, live=page.later is None, at=at,
     )
 
 

@@ -40,6 +40,7 @@ HOSTILE = {
     "style": '<style>body { display: none }</style><iframe src="https://frame.example.invalid/"></iframe>',
 }
 HOSTILE_ID = '"><img src=x onerror="window.__pwned=6">'
+URL_ID = "dir/sub?x=1&y=2#frag %2F .."
 # A 1x1 PNG: the one image a transcript may show (a data: URL).
 PIXEL = "data:image/png;base64," + base64.b64encode(
     bytes.fromhex(
@@ -99,6 +100,10 @@ async def seed(db: Any) -> Seeded:
         parent_session_id="parent", child_session_id="parent-2", source="cli",
         messages=[{"role": "user", "content": "continued after compression"}], compression_lock_holder="seed",
     )
+
+    # An id with every character that means something in a URL.
+    await db.create_session(URL_ID, "cli")
+    await db.append_message(URL_ID, "user", "reachable by its escaped id")
 
     # Hostile text everywhere the pages print stored values.
     hostile = "\n".join(HOSTILE.values())

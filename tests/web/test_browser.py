@@ -136,6 +136,15 @@ def test_compaction_boundary_and_archived_originals(tab: Any, viewer: Viewer) ->
         "summary of the walrus talk", "after the compaction"]
 
 
+def test_a_search_hit_in_archived_history_opens_its_fold(tab: Any, viewer: Viewer) -> None:
+    tab.goto(viewer.base + "search?q=walruses")
+    tab.locator("li.hit a.hit-link", has_text="compacted").first.click()
+    assert "/sessions/compacted?at=" in tab.url
+    target = tab.locator("#" + urlsplit(tab.url).fragment)
+    assert target.is_visible() and "walruses" in target.inner_text()
+    assert tab.evaluate("() => document.querySelector(':target').closest('details').open") is True
+
+
 def test_lineage_links_both_ways(tab: Any, viewer: Viewer) -> None:
     tab.goto(viewer.base + "sessions/parent")
     children = tab.locator("ul.children li")

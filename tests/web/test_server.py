@@ -13,7 +13,7 @@ import pytest
 
 from hermes_state import SessionDB
 from tests.cli_support import run_cli
-from tests.web.support import HOSTILE_ID, SeededStore, Viewer, request, run_seed
+from tests.web.support import HOSTILE_ID, URL_ID, SeededStore, Viewer, request, run_seed
 
 PAGES = ["/", "/sessions/deploy", "/search?q=zebrafish", "/usage", "/api/sessions", "/api/sessions/deploy",
          "/api/search?q=zebrafish", "/static/style.css", "/static/viewer.js"]
@@ -65,6 +65,10 @@ def test_json_mirrors_are_bare(viewer: Viewer, seeded_store: SeededStore) -> Non
     assert isinstance(hits, list) and hits and all(hit["session_id"] == "deploy" for hit in hits)
     hostile = json.loads(viewer.get("/api/sessions/" + quote(HOSTILE_ID, safe=""))[2])
     assert hostile["session"]["id"] == HOSTILE_ID  # an id full of URL and HTML characters round-trips
+    odd = json.loads(viewer.get("/api/sessions/" + quote(URL_ID, safe=""))[2])
+    assert odd["session"]["id"] == URL_ID and odd["messages"][0]["content"] == "reachable by its escaped id"
+    status, _, body = viewer.get("/sessions/" + quote(URL_ID, safe=""))
+    assert status == 200 and "reachable by its escaped id" in body.decode()
 
 
 def test_listing_filters(viewer: Viewer) -> None:
