@@ -29,21 +29,13 @@ def session_model_usage(conn: Any, session_id: str) -> list[dict[str, Any]]:
 @query
 def usage_rows(conn: Any, since: float | None, until: float | None) -> list[dict[str, Any]]:
     """Raw rows for ``usage_by_day``: ledger rows, and the totals of sessions that have none, started in range."""
-    where = ["1 = 1"]
-    params: list[Any] = []
-    if since is not None:
-        where.append("s.started_at >= ?")
-        params.append(since)
-    if until is not None:
-        where.append("s.started_at < ?")
-        params.append(until)
-    span = " AND ".join(where)
+    span = "(?1 IS NULL OR s.started_at >= ?1) AND (?2 IS NULL OR s.started_at < ?2)"
     sql = (
-        f"SELECT u.session_id AS session_id, s.started_at AS started_at, u.model AS model, {_SUMS} FROM session_model_usage AS u "
-        f"JOIN sessions AS s ON s.id = u.session_id WHERE {span} "
+        f"SELECT u.session_id AS session_id, s.started_at AS started_at, u.model AS model, {_SUMS} "
+        f"FROM session_model_usage AS u JOIN sessions AS s ON s.id = u.session_id WHERE {span} "
         f"UNION ALL SELECT s.id, s.started_at, COALESCE(NULLIF(s.model, ''), 'unknown'), {_TOTALS} FROM sessions AS s "
         f"WHERE {span} AND ({_HAS_USAGE}) "
         "AND NOT EXISTS (SELECT 1 FROM session_model_usage AS l WHERE l.session_id = s.id)"
     )
     with snapshot(conn):
-        return fetch_dicts(conn, sql, [*params, *params])
+        return fetch_dicts(conn, sql, (since, until))
