@@ -91,8 +91,13 @@ def _check_sqlite_file(path: Path, read_only: bool) -> None:
         raise CliError(f"{path} is not a SQLite database")
 
 
-def open_store(target: Target, *, read_only: bool) -> Any:
-    """Build (without opening) the store ``target`` names; read-only stores never create or change files."""
+def open_store(target: Target, *, read_only: bool, snapshot: bool = True) -> Any:
+    """Build (without opening) the store ``target`` names; read-only stores never create or change files.
+
+    A read-only SQLite store reads an idle WAL file as an immutable snapshot
+    unless ``snapshot`` is False: then it sees what other processes commit
+    while it is open (and still removes the -wal/-shm files it had to create).
+    """
     if target.url is not None:
         try:
             from ..postgres import SessionDB as PostgresSessionDB  # type: ignore[import-not-found,attr-defined,unused-ignore]
@@ -102,5 +107,5 @@ def open_store(target: Target, *, read_only: bool) -> Any:
     assert target.path is not None
     _check_sqlite_file(target.path, read_only)
     if read_only:
-        return InspectionSessionDB(target.path, read_only=True)
+        return (InspectionSessionDB if snapshot else SessionDB)(target.path, read_only=True)
     return SessionDB(target.path)
