@@ -63,3 +63,36 @@ async def test_previous_release_file_migrates_in_place(previous_db: Path) -> Non
     # Opening again changes nothing and finds the lease it left.
     async with SessionDB(previous_db) as db:
         assert not await db.try_acquire_session_turn_lease("tip", "another-worker")
+
+
+async def test_a_file_of_upstreams_current_release_opens_with_its_leases_and_hidden_flags(anchor_db: Path) -> None:
+    """Upstream 2026-08 adds ``sessions.hidden`` and a 4-column ``session_turn_leases``; both carry over."""
+    import time
+
+    conn = driver_module().connect(str(anchor_db), isolation_level=None)
+    try:
+        conn.execute("ALTER TABLE sessions ADD COLUMN hidden INTEGER NOT NULL DEFAULT 0")
+        conn.execute("UPDATE sessions SET hidden = 1 WHERE id = '20261102_090000_d4e5f6'")
+        conn.execute(
+            "CREATE TABLE session_turn_leases (conversation_id TEXT PRIMARY KEY, holder TEXT NOT NULL, "
+            "acquired_at REAL NOT NULL, expires_at REAL NOT NULL)"
+        )
+        conn.execute(
+            "INSERT INTO session_turn_leases VALUES ('20261103_120000_0a0b0c', 'pid=4242:turn=t:platform=cli', ?, ?)",
+            (time.time(), time.time() + 600),
+        )
+    finally:
+        conn.close()
+    async with SessionDB(anchor_db) as db:
+        assert (await db.get_session("20261102_090000_d4e5f6"))["hidden"] == 1
+        listed = {r["id"] for r in await db.list_sessions_rich(include_children=True)}
+        assert "20261102_090000_d4e5f6" not in listed
+        # Upstream's live lease (root of the rotated conversation) still holds, for its child too.
+        child = "20261103_120000_0a0b0c_c"
+        assert not await db.try_acquire_session_turn_lease(child, "newcomer")
+        await db.append_message(child, "user", "by upstream's holder", turn_lease_holder="pid=4242:turn=t:platform=cli")
+        with pytest.raises(SessionTurnLeaseLostError):
+            await db.append_message(child, "user", "by someone else", turn_lease_holder="newcomer")
+        (lease,) = await db.turn_leases()
+        assert (lease["holder_host"], lease["holder_pid"]) == (None, None)  # upstream recorded no process
+    assert "token" in _columns(anchor_db, "session_turn_leases")
