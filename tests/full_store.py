@@ -154,3 +154,20 @@ async def raw_counts(db: Any) -> dict[str, int]:
             if table == "state_meta" else ""
         counts[table] = int((await fetch_rows(db, f"SELECT count(*) FROM {table}{where}"))[0][0])
     return counts
+
+
+def assert_same(a: Any, b: Any, path: str = "") -> None:
+    """``a`` and ``b`` are equal in type and value all the way down (1 is not 1.0 nor True; -0.0 is not 0.0)."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} {a!r:.80} != {type(b).__name__} {b!r:.80}"
+    if isinstance(a, dict):
+        assert list(a) == list(b) or set(a) == set(b), f"{path}: keys {sorted(set(a) ^ set(b))} differ"
+        for key in a:
+            assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{path}: {len(a)} items != {len(b)}"
+        for index, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{index}]")
+    elif isinstance(a, float):
+        assert repr(a) == repr(b), f"{path}: {a!r} != {b!r}"
+    else:
+        assert a == b, f"{path}: {a!r:.80} != {b!r:.80}"
