@@ -15,29 +15,7 @@ import pytest
 
 from hermes_state import SessionDB
 
-from .cli_support import build_store, cli_env, fill_store, one_error_line, run_cli, run_json
-
-# VmHWM is this process's own peak; getrusage's ru_maxrss would carry over the forking
-# pytest process's peak across exec on Linux.
-PEAK_RSS = """
-import sys
-from hermes_state.cli import main
-code = main(sys.argv[1:])
-with open("/proc/self/status") as status:
-    peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-sys.stderr.write(f"peak_rss_kib={peak}\\n")
-raise SystemExit(code)
-"""
-
-
-def run_measured(home: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
-    """Run the command in a subprocess that reports its own peak RSS (KiB)."""
-    done = subprocess.run([sys.executable, "-c", PEAK_RSS, *args], capture_output=True, text=True,
-                          env=cli_env(home), timeout=600, cwd=str(home))
-    marker = [line for line in done.stderr.splitlines() if line.startswith("peak_rss_kib=")]
-    assert marker, done.stderr
-    return done, int(marker[-1].split("=", 1)[1])
-
+from .cli_support import build_store, cli_env, fill_store, one_error_line, run_cli, run_json, run_measured
 
 def count_rows(path: Path, table: str) -> int:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)

@@ -84,15 +84,21 @@ async def _plan(conn: Any, statement: tuple[str, list[Any]] | None) -> str:
     return "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + statement[0], *statement[1]))
 
 
+async def kettle_store(admin: str, schema: str, rows: int) -> Any:
+    """A store in ``schema`` holding ``rows`` messages "old row N kettle"; returns a raw connection on the schema."""
+    async with PostgresSessionDB(store_dsn(admin, schema)) as db:
+        await db.create_session("s", "cli")
+        await db.append_messages_batch("s", [{"role": "user", "content": f"old row {i} kettle"} for i in range(rows)])
+    conn = await admin_connect(admin)
+    await conn.execute(f'SET search_path TO "{schema}"')
+    return conn
+
+
 async def test_an_older_schemas_expression_index_is_replaced_by_the_stored_vector(pg_schema: tuple[str, str]) -> None:
     admin, schema = pg_schema
     dsn = store_dsn(admin, schema)
-    async with PostgresSessionDB(dsn) as db:
-        await db.create_session("s", "cli")
-        await db.append_messages_batch("s", [{"role": "user", "content": f"old row {i} kettle"} for i in range(30)])
-    conn = await admin_connect(admin)
+    conn = await kettle_store(admin, schema, 30)
     try:
-        await conn.execute(f'SET search_path TO "{schema}"')
         # The layout version-25 schemas had before the stored column: an index on the expression.
         await conn.execute(f"ALTER TABLE messages DROP COLUMN {SEARCH_COLUMN}")
         await conn.execute(f"CREATE INDEX {SEARCH_INDEX} ON messages USING GIN (({SEARCH_DOCUMENT}))")
@@ -129,12 +135,8 @@ async def test_a_vector_of_the_whole_text_is_regenerated_from_the_bounded_prefix
     admin, schema = pg_schema
     dsn = store_dsn(admin, schema)
     log = " ".join(f"{i:08x}" for i in range(200_000))  # 1.8 MB of distinct words
-    async with PostgresSessionDB(dsn) as db:
-        await db.create_session("s", "cli")
-        await db.append_messages_batch("s", [{"role": "user", "content": f"old row {i} kettle"} for i in range(5)])
-    conn = await admin_connect(admin)
+    conn = await kettle_store(admin, schema, 5)
     try:
-        await conn.execute(f'SET search_path TO "{schema}"')
         await conn.execute(f"ALTER TABLE messages DROP COLUMN {SEARCH_COLUMN}")
         await conn.execute(f"ALTER TABLE messages ADD COLUMN {SEARCH_COLUMN} tsvector GENERATED ALWAYS AS ({WHOLE_TEXT_DOCUMENT}) STORED")
         await conn.execute(f"CREATE INDEX {SEARCH_INDEX} ON messages USING GIN ({SEARCH_COLUMN})")

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from hermes_state import SessionDB, SessionNotFoundError
+from hermes_state import SessionNotFoundError
 from hermes_state.tables import KEYED_TABLES, TABLE_KEYS
 
+from .conftest import fresh_store
 from .full_store import ROW_COUNTS, fill_every_kind, raw_counts, snapshot
 from .raw_sql import is_postgres
 
@@ -26,24 +27,8 @@ from .raw_sql import is_postgres
 @pytest.fixture
 async def twin(store: Any, tmp_path: Path) -> AsyncIterator[Any]:
     """A second, empty store on the same backend as ``store``."""
-    if is_postgres(store):
-        from hermes_state.postgres import SessionDB as PostgresSessionDB
-
-        from .postgres_support import server_dsn, store_dsn, temporary_schema
-
-        admin = server_dsn()
-        async for schema in temporary_schema(admin):
-            db: Any = PostgresSessionDB(store_dsn(admin, schema))
-            try:
-                yield db
-            finally:
-                await db.close()
-        return
-    db = SessionDB(tmp_path / "twin" / "state.db")
-    try:
+    async for db in fresh_store("postgres" if is_postgres(store) else "sqlite", tmp_path / "twin" / "state.db"):
         yield db
-    finally:
-        await db.close()
 
 
 async def restore_everything(source: Any, target: Any, page: int = 5) -> None:

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from ..tables import TABLE_KEYS
 from .transport import Budget, parents_first
 
-__all__ = ["PAGE", "RowReport", "RowWriter", "differing_columns", "iter_messages", "iter_pages", "key_of", "session_order"]
+__all__ = [
+    "PAGE", "RowReport", "RowWriter", "differing_columns", "iter_messages", "iter_pages", "key_of", "paged", "session_order",
+]
 
 PAGE = 1000
 _MISSING = object()
@@ -51,28 +54,29 @@ def differing_columns(a: dict[str, Any], b: dict[str, Any], columns: Sequence[st
     return [name for name in names if not same_value(a.get(name, _MISSING), b.get(name, _MISSING))]
 
 
-async def iter_pages(db: Any, table: str, *, page: int = PAGE, session_id: str | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+async def paged(
+    fetch: Callable[[Any], Awaitable[list[dict[str, Any]]]], cursor: Callable[[dict[str, Any]], Any], page: int
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """Pages ``fetch(after)`` returns until one is short; ``cursor(last row)`` is the next ``after`` (None first)."""
+    after: Any = None
+    while True:
+        rows = await fetch(after)
+        if rows:
+            yield rows
+        if len(rows) < page:
+            return
+        after = cursor(rows[-1])
+
+
+def iter_pages(db: Any, table: str, *, page: int = PAGE, session_id: str | None = None) -> AsyncIterator[list[dict[str, Any]]]:
     """Every row of a keyed table (or of one session), ``page`` rows at a time, in the store's key order."""
-    after: tuple[Any, ...] | None = None
-    while True:
-        rows = await db.dump_rows(table, after=after, limit=page, session_id=session_id)
-        if rows:
-            yield rows
-        if len(rows) < page:
-            return
-        after = key_of(table, rows[-1])
+    return paged(lambda after: db.dump_rows(table, after=after, limit=page, session_id=session_id),
+                 lambda row: key_of(table, row), page)
 
 
-async def iter_messages(db: Any, session_id: str, *, page: int = PAGE) -> AsyncIterator[list[dict[str, Any]]]:
+def iter_messages(db: Any, session_id: str, *, page: int = PAGE) -> AsyncIterator[list[dict[str, Any]]]:
     """Every stored message row of a session, in order, ``page`` rows at a time."""
-    after: int | None = None
-    while True:
-        rows = await db.dump_messages(session_id, after_id=after, limit=page)
-        if rows:
-            yield rows
-        if len(rows) < page:
-            return
-        after = rows[-1]["id"]
+    return paged(lambda after: db.dump_messages(session_id, after_id=after, limit=page), itemgetter("id"), page)
 
 
 async def session_order(db: Any, *, ids: set[str] | None = None, source: str | None = None) -> list[str]:

@@ -282,7 +282,9 @@ def _scan_rows(handle: IO[bytes]) -> list[str]:
     if not problems:
         if end is None:
             problems.append("the file has no end line: it was cut off (export again, or use the complete file)")
-        elif {t: n for t, n in (end.get("rows") or {}).items() if n} != counts:
+        elif not isinstance(end.get("rows"), dict):
+            problems.append("the end line has no row counts")
+        elif {t: n for t, n in end["rows"].items() if n} != counts:
             problems.append(f"the end line counts {end.get('rows')} rows, the file holds {counts}")
     return problems
 
@@ -302,6 +304,7 @@ async def _import_rows(handle: IO[bytes], writer: RowWriter) -> None:
         run = []
 
     bar = progress(None, "import", unit="row")
+    number = 1
     try:
         for number, line in enumerate(handle, start=2):
             if not line.strip():
@@ -321,6 +324,8 @@ async def _import_rows(handle: IO[bytes], writer: RowWriter) -> None:
             bar.update()
         await flush_run()
         await writer.flush()
+    except (TypeError, ValueError) as exc:  # a value the store cannot keep unchanged: say where the batch ended
+        raise CliError(f"import stopped at a batch ending by line {number} (what came before is in): {exc}") from None
     finally:
         bar.close()
 
