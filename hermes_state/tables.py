@@ -47,9 +47,12 @@ STORE_TABLES = ("system_prompts", "state_meta", "gateway_routing", "async_delega
 CARRIED_TABLES = (*STORE_TABLES, "sessions", "messages", "session_model_usage")
 
 # state_meta keys the store writes for itself: the FTS state (every ``fts_*`` key), the
-# maintenance helpers' throttle stamps, and PostgreSQL's private layout version.
+# maintenance helpers' throttle stamps, SQLite's turn-lease fencing counter (each store
+# counts its own) and PostgreSQL's private layout version.
 STORE_META_PREFIX = "fts_"
-STORE_META_KEYS = frozenset({"last_auto_prune", "last_vacuum", "last_auto_archive", "postgres_storage_version"})
+STORE_META_KEYS = frozenset(
+    {"last_auto_prune", "last_vacuum", "last_auto_archive", "turn_lease_token", "postgres_storage_version"}
+)
 
 # Column kinds, from a column's declared type: what a value must be to be stored unchanged.
 INTEGER, REAL, TEXT, BLOB, CONTENT = "integer", "real", "text", "blob", "content"

@@ -93,10 +93,12 @@ async def fill_every_kind(db: Any) -> None:
     await db.end_session("archived", "done")
     await db.set_session_archived("archived", True)
     await db.create_session("empty", "cron")
+    await db.set_session_hidden("empty", True)
 
     await db.set_meta("user_setting", "on")
     await db.set_meta("theme", "dark")
     await db.set_meta("last_vacuum", str(now))  # the store's own bookkeeping: never copied
+    assert await db.try_acquire_session_turn_lease("compacted", "host:turn", ttl_seconds=60)  # a lease: never copied
     for scope, key in (("", "agent:main"), ("telegram", "chat:42")):
         await raw_exec(db, "INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES (?, ?, ?, ?)",
                        (scope, key, '{"session_id": "compacted"}', now))
@@ -150,8 +152,8 @@ async def raw_counts(db: Any) -> dict[str, int]:
     """Rows per carried table counted with raw SQL (state_meta: only keys the store does not write itself)."""
     counts = {}
     for table in ROW_COUNTS:
-        where = " WHERE key NOT LIKE 'fts%' AND key NOT IN ('last_vacuum', 'last_auto_prune', 'last_auto_archive')" \
-            if table == "state_meta" else ""
+        where = " WHERE key NOT LIKE 'fts%' AND key NOT IN ('last_vacuum', 'last_auto_prune', 'last_auto_archive', " \
+            "'turn_lease_token')" if table == "state_meta" else ""
         counts[table] = int((await fetch_rows(db, f"SELECT count(*) FROM {table}{where}"))[0][0])
     return counts
 

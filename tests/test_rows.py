@@ -21,7 +21,7 @@ from hermes_state.tables import KEYED_TABLES, TABLE_KEYS
 
 from .conftest import fresh_store
 from .full_store import ROW_COUNTS, fill_every_kind, raw_counts, snapshot
-from .raw_sql import is_postgres
+from .raw_sql import fetch_rows, is_postgres
 
 
 @pytest.fixture
@@ -67,6 +67,10 @@ async def test_every_kind_of_row_survives_a_row_by_row_restore(store: Any, twin:
     archived = [m for m in after["tables"]["messages"]["compacted"] if m["active"] == 0]
     assert len(archived) == 6 and all(m["compacted"] == 1 for m in archived)
     assert await twin.get_meta("last_vacuum") is None  # the store's own bookkeeping stays behind
+    assert await fetch_rows(twin, "SELECT count(*) FROM state_meta WHERE key = 'turn_lease_token'") == [(0,)]
+    assert await fetch_rows(twin, "SELECT count(*) FROM session_turn_leases") == [(0,)]  # leases are not data
+    sessions = {row["id"]: row for row in after["tables"]["sessions"]}
+    assert sessions["empty"]["hidden"] == 1 and sessions["lineage-tip"]["conversation_id"] == "lineage-root"
 
 
 async def test_a_repeated_restore_adds_nothing_and_changes_nothing(store: Any) -> None:
