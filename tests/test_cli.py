@@ -272,6 +272,32 @@ def test_export_selected_to_stdout_and_import_from_stdin(built: Path, tmp_path: 
     assert json.loads(piped.stdout)["imported"] == 2
 
 
+async def test_import_resumes_a_cut_session_and_leaves_a_conflicting_one_alone(built: Path, tmp_path: Path) -> None:
+    out = tmp_path / "all.jsonl"
+    assert run_cli(tmp_path, "--db", str(built), "export", "-o", str(out)).returncode == 0
+    target = tmp_path / "t.db"
+    async with SessionDB(built, read_only=True) as source, SessionDB(target) as db:
+        # What an interrupted import leaves: deploy-1's row and its first 2 of 4 messages.
+        await db.restore_rows("system_prompts", await source.dump_rows("system_prompts"))
+        await db.restore_rows("sessions", await source.find_rows("sessions", ["deploy-1"]))
+        await db.restore_messages("deploy-1", (await source.dump_messages("deploy-1"))[:2], start=0)
+        # And a session of the target's own that happens to share an id with the file.
+        await db.create_session("chat-2", "mine")
+        await db.append_message("chat-2", "user", "not from the file")
+    done = run_cli(tmp_path, "--db", str(target), "import", str(out), "--json")
+    assert done.returncode == 4, done.stderr
+    report = json.loads(done.stdout)
+    assert report["imported"] == 3 and report["skipped"] == 1 and report["inserted"]["messages"] == 2 + 1 + 1 + 1
+    assert [(c["table"], c["key"]) for c in report["conflicts"]] == [("sessions", ["chat-2"])]
+    mine = run_json(tmp_path, "--db", str(target), "sessions", "show", "chat-2")
+    assert mine["session"]["source"] == "mine" and [m["content"] for m in mine["messages"]] == ["not from the file"]
+    deploy = run_json(tmp_path, "--db", str(target), "sessions", "show", "deploy-1")["messages"]
+    original = run_json(tmp_path, "--db", str(built), "sessions", "show", "deploy-1")["messages"]
+    assert [m["content"] for m in deploy] == [m["content"] for m in original]  # completed, nothing twice
+    again = run_cli(tmp_path, "--db", str(target), "import", str(out), "--json")
+    assert again.returncode == 4 and json.loads(again.stdout)["inserted"] == {}
+
+
 def test_an_export_of_the_previous_format_still_imports(built: Path, tmp_path: Path) -> None:
     fixture = Path(__file__).parent / "fixtures" / "export-v1.jsonl"  # written by the release before format 2
     target = tmp_path / "v1.db"
