@@ -70,6 +70,26 @@ async def test_copy_verification_fails_on_any_difference(tmp_path: Path) -> None
     assert "MISMATCH sessions session_id=old-4: missing from the target" in human.stdout
 
 
+async def test_a_session_whose_title_the_destination_holds_is_left_out_and_named(tmp_path: Path) -> None:
+    source = tmp_path / "a.db"
+    await build_store(source)
+    destination = tmp_path / "b.db"
+    async with SessionDB(destination) as db:
+        await db.create_session("other", "cli")
+        await db.set_session_title("other", "Compose outage")  # deploy-1's title in the source
+    done = run_cli(tmp_path, "--db", str(source), "copy", "--to", str(destination), "--json")
+    assert done.returncode == 4
+    report = json.loads(done.stdout)
+    assert [(c["table"], c["key"]) for c in report["conflicts"]] == [("sessions", ["deploy-1"])]
+    assert "'Compose outage' is already used by session 'other'" in report["conflicts"][0]["problem"]
+    assert report["imported"] == 4 and report["detached"] == ["child-3"]  # its parent is the one left out
+    assert "session_model_usage" not in report["inserted"]  # deploy-1's usage stays out with it
+    found = {(m["table"], m.get("session_id")): m["problem"] for m in report["mismatches"]}
+    assert found[("sessions", "deploy-1")] == "missing from the target"
+    assert found[("sessions", "child-3")].startswith("parent_session_id differ")
+    assert run_json(tmp_path, "--db", str(destination), "sessions", "show", "other")["session"]["title"] == "Compose outage"
+
+
 def test_copy_refuses_the_same_store_and_bad_batches(tmp_path: Path) -> None:
     path = tmp_path / "same.db"
     assert run_cli(tmp_path, "--db", str(path), "quickstart").returncode == 0

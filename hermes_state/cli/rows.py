@@ -144,7 +144,13 @@ class RowWriter:
     # ------------------------------------------------------------ keyed rows
 
     async def add_row(self, table: str, row: dict[str, Any]) -> None:
-        """Queue one row of a keyed table; writes when the batch is full or the table changes."""
+        """Queue one row of a keyed table; writes when the batch is full or the table changes.
+
+        The usage rows of a session in conflict stay out with it (they would
+        name a session the target does not hold, or add to one it does).
+        """
+        if table == "session_model_usage" and row.get("session_id") in self._blocked:
+            return
         if table != self._table:
             await self.flush()
             self._table = table
@@ -165,16 +171,17 @@ class RowWriter:
             return
         try:
             result = await self.db.restore_rows(table, rows)
-        except ValueError as exc:
+        except ValueError:
             if len(rows) == 1 or table != "sessions":
                 raise
             # One session of the batch cannot go in (a title another session holds): the others can.
             for row in rows:
-                await self._restore_one(table, row, exc)
+                await self._restore_one(table, row)
             return
         await self._settle(table, rows, result)
 
-    async def _restore_one(self, table: str, row: dict[str, Any], batch_error: ValueError) -> None:
+    async def _restore_one(self, table: str, row: dict[str, Any]) -> None:
+        """A session row on its own; one the store refuses is a conflict (its messages stay out)."""
         try:
             result = await self.db.restore_rows(table, [row])
         except ValueError as exc:
