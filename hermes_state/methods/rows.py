@@ -209,8 +209,8 @@ class RowMethods(StoreBase):
         result = await self._write(command, size=sum(_row_size(v) for v in values))
         return {**result, "skipped": [tuple(k) for k in result["skipped"]]}
 
-    async def restore_messages(self, session_id: str, rows: Sequence[Mapping[str, Any]], *, start: int) -> int:
-        """Store ``rows`` (``dump_messages`` dicts) as the session's messages from position ``start`` (0-based) on.
+    async def restore_messages(self, session_id: str, rows: Sequence[Mapping[str, Any]], *, start: int = 0) -> int:
+        """Store ``rows`` (``dump_messages`` dicts) as the session's messages from position ``start`` (0-based, default 0) on.
 
         Rows go in after the session's existing messages, in the given
         order, with their flags (``active``, ``compacted``, ``observed``) and
