@@ -39,6 +39,7 @@ from .methods.health import HealthMethods
 from .methods.leases import TurnLeaseMethods, transcript_fence
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
+from .methods.rows import RowMethods
 from .methods.search import SearchMethods
 from .methods.titles import TitleMethods
 from .methods.usage import UsageMethods
@@ -510,6 +511,7 @@ class SessionDB(
     ListingMethods,
     UsageMethods,
     MaintenanceMethods,
+    RowMethods,
     HealthMethods,
     CoreMethods,
 ):

@@ -305,7 +305,7 @@ _REQUIRED: dict[str, Any] = {
     "value": None, "around_message_id": 1, "row_id": 1, "cooldown_until": 1.0, "target_message_id": 1,
     "since_message_id": 1, "streak": 0, "count": 0, "session_row": {}, "session_ids": ["nope"],
     "snapshot": {"session_exists": False}, "model_config_json": None, "end_reason": "done",
-    "model": "m", "system_prompt": None, "title": None, "path": None, "idle_days": 1.0,
+    "model": "m", "system_prompt": None, "title": None, "path": None, "idle_days": 1.0, "table": "sessions", "rows": [],
 }
 
 

@@ -16,7 +16,7 @@ from ..config import default_db_path
 from ..store import SessionDB
 from .errors import NOT_FOUND, CliError
 
-__all__ = ["Target", "parse_target", "redact", "open_store", "InspectionSessionDB"]
+__all__ = ["Target", "parse_target", "redact", "open_store", "same_store", "InspectionSessionDB"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg", "postgresql+psycopg")
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -64,6 +64,13 @@ def parse_target(text: str | None) -> Target:
     if sep and len(scheme) > 1:
         raise CliError(f"unsupported store URL scheme {scheme!r}: give a file path or a postgresql:// URL")
     return Target(path=Path(text).expanduser())
+
+
+def same_store(a: Target, b: Target) -> bool:
+    """True when both name the same SQLite file (however written) or the same PostgreSQL URL."""
+    if a.path is not None and b.path is not None:
+        return a.path.resolve() == b.path.resolve()
+    return a.url is not None and a.url == b.url
 
 
 class InspectionSessionDB(SessionDB):
