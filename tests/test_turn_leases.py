@@ -103,10 +103,11 @@ async def test_a_zero_ttl_is_a_tenth_of_a_second_and_reacquire_does_not_extend(s
     assert await store.try_acquire_session_turn_lease("s", "a", ttl_seconds=0)
     holder, token, acquired_at, expires_at, *_ = await lease_row(store, "s")
     assert expires_at - acquired_at == pytest.approx(0.1)
-    assert await store.try_acquire_session_turn_lease("s", "a", ttl_seconds=600)  # re-entrant: True ...
-    assert (await lease_row(store, "s"))[1:4] == (token, acquired_at, expires_at)  # ... and nothing moved
     await asyncio.sleep(0.15)
-    assert await store.try_acquire_session_turn_lease("s", "b")  # expired: taken over
+    assert await store.try_acquire_session_turn_lease("s", "b", ttl_seconds=600)  # expired: taken over
+    holder, token, acquired_at, expires_at, *_ = await lease_row(store, "s")
+    assert await store.try_acquire_session_turn_lease("s", "b", ttl_seconds=5)  # re-entrant: True ...
+    assert (await lease_row(store, "s"))[:4] == (holder, token, acquired_at, expires_at)  # ... and nothing moved
 
 
 async def test_the_lease_covers_the_whole_conversation(store: Any) -> None:
