@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Iterable, TypeVar
 from .actor import WriterActor, WriterStoppedError
 from .backend import Backend
 from .commands.base import Command
-from .config import default_db_path
+from .paths import default_db_path
 from .errors import SessionCompressionInProgressError, StoreClosedError, locked_error
 from .limits import finite_arg, int64_arg
 

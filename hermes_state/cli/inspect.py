@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
-from .. import SCHEMA_VERSION, repair_state_db_schema
 from .errors import FAILURE, OK, CliError
 from .output import print_json, progress, size
 from .target import Target, open_store
@@ -121,6 +120,8 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
 
 
 async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
+    from ..sqlite.schema import SCHEMA_VERSION
+
     checks: list[dict[str, str]] = []
     bar = progress(5, "doctor", unit="check")
     try:
@@ -173,6 +174,8 @@ def _repair(target: Target) -> dict[str, Any]:
         raise CliError("doctor --repair works on SQLite files only")
     if not os.access(target.path.parent, os.W_OK):
         raise CliError(f"doctor --repair needs write access to {target.path.parent} for the backup")
+    from ..sqlite.safety import repair_state_db_schema
+
     return repair_state_db_schema(Path(target.path), backup=True)
 
 

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable
-
-import msgspec
+from typing import IO, Any, Callable, NamedTuple
 
 from .errors import FAILURE, NOT_FOUND, OK, USAGE, CliError
-from .output import print_json, progress
+from .output import decode_json as _decode, encode_json as _encode, print_json, progress
 from .argtypes import non_negative
 from .sessions import iter_messages
 from .target import open_store
 from .transport import Budget, SessionWriter, parents_first, session_ids
 
 __all__ = ["add_parsers"]
-
-_encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder().decode
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -111,7 +104,7 @@ async def run_export(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ import
 
 
-class _Entry(msgspec.Struct):
+class _Entry(NamedTuple):
     """What the validation pass keeps per session: where it is, and its parent for ordering."""
 
     label: str
@@ -133,6 +126,8 @@ def _check_session(value: Any, label: str) -> str | None:
 
 def _scan_lines(handle: IO[bytes]) -> tuple[dict[str, _Entry], list[str]]:
     """Validation pass over JSON Lines: every line parses and has the needed shape; keeps offsets only."""
+    import msgspec
+
     entries: dict[str, _Entry] = {}
     problems: list[str] = []
     offset = 0
@@ -159,6 +154,8 @@ def _scan_lines(handle: IO[bytes]) -> tuple[dict[str, _Entry], list[str]]:
 
 def _looks_like_lines(handle: IO[bytes]) -> bool:
     """JSON Lines unless the file is one JSON array, or one object spread over several lines."""
+    import msgspec
+
     head = handle.read(64 * 1024).lstrip()
     handle.seek(0)
     if head.startswith(b"["):
@@ -173,6 +170,9 @@ def _looks_like_lines(handle: IO[bytes]) -> bool:
 
 
 def _spool_stdin() -> IO[bytes]:
+    import shutil
+    import tempfile
+
     spool = tempfile.TemporaryFile()
     shutil.copyfileobj(sys.stdin.buffer, spool)
     spool.seek(0)
@@ -212,6 +212,8 @@ async def _import_document(db: Any, document: Any, writer: SessionWriter) -> Non
 
 
 async def run_import(args: argparse.Namespace) -> int:
+    import msgspec
+
     budget = Budget(sessions=args.batch_sessions, messages=args.batch_messages)
     store = open_store(args.target, read_only=False)  # checks --db before the input is read
     if args.input == "-":
