@@ -327,7 +327,7 @@ def test_import_of_a_session_larger_than_a_batch(tmp_path: Path) -> None:
 def test_doctor_reports_health(built: Path) -> None:
     report = run_json(built.parent, "--db", str(built), "doctor")
     assert report["ok"] is True
-    assert [c["check"] for c in report["checks"]] == ["schema", "integrity", "fts", "wal", "leases"]
+    assert [c["check"] for c in report["checks"]] == ["schema", "integrity", "fts", "wal", "permissions", "leases"]
     assert all(c["status"] == "ok" for c in report["checks"])
     assert sidecars(built) == []
 

@@ -15,6 +15,8 @@ __all__ = ["add_parsers"]
 
 # A WAL this large means checkpoints are not keeping up (a long reader, or a writer that never closes).
 WAL_WARN_BYTES = 64 * 1024 * 1024
+# The database and the files SQLite keeps beside it.
+STORE_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 T = TypeVar("T")
 
 
@@ -119,6 +121,26 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"check": name, "status": status, "detail": detail}
 
 
+def _permissions_check(path: Path) -> dict[str, str]:
+    """Warn (never fail) when the database or a sidecar lets group or others in, with the command that fixes it."""
+    import shlex
+
+    from ..private_files import shared_bits
+
+    exposed: list[tuple[Path, int]] = []
+    for suffix in STORE_FILE_SUFFIXES:
+        candidate = Path(f"{path}{suffix}")
+        bits = shared_bits(candidate)
+        if bits:
+            exposed.append((candidate, os.stat(candidate).st_mode & 0o777))
+    if not exposed:
+        return _check("permissions", "ok", "the database and its -wal/-shm files are private to their owner")
+    modes = ", ".join(f"{file.name} {mode:04o}" for file, mode in exposed)
+    command = "chmod 600 " + " ".join(shlex.quote(str(file)) for file, _ in exposed)
+    return _check("permissions", "warn", f"readable or writable by group or others ({modes}): "
+                                   f"conversations may hold secrets; run: {command}")
+
+
 async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
     from ..sqlite.schema import SCHEMA_VERSION
 
@@ -157,6 +179,8 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
         if "wal_bytes" in info:
             status = "warn" if wal is not None and wal > WAL_WARN_BYTES else "ok"
             checks.append(_check("wal", status, f"journal mode {info.get('journal_mode')}, WAL {size(wal)}"))
+        if target.path is not None:
+            checks.append(_permissions_check(target.path))
         bar.update()
         leases = await _if_supported(db.compression_leases())
         if leases is None:
@@ -200,7 +224,7 @@ async def run_doctor(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         for check in checks:
-            print(f"{check['status'].upper():>4}  {check['check']:<9} {check['detail']}")
+            print(f"{check['status'].upper():>4}  {check['check']:<11} {check['detail']}")
         repair = report.get("repair")
         if repair is not None:
             if repair.get("note"):

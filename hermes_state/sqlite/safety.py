@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from ..private_files import copy_private, create_private_file, make_private
 
 __all__ = [
     "is_zeroed_state_db",
@@ -48,8 +49,17 @@ def is_zeroed_state_db(path: os.PathLike[str] | str) -> bool:
     return len(head) > 0 and head.count(0) == len(head)
 
 
-def _set_aside(path: Path, label: str, ending: str, transfer: Callable[[Any, Any], Any]) -> Path:
-    """Move or copy ``path`` and its sidecars to the first free ``<name>.<label>[-n]<ending>``."""
+def _move_private(source: Path, target: Path) -> None:
+    os.replace(source, target)
+    make_private(target)
+
+
+def _set_aside(path: Path, label: str, ending: str, transfer: Callable[[Path, Path], Any]) -> Path:
+    """Move or copy ``path`` and its sidecars to the first free ``<name>.<label>[-n]<ending>``.
+
+    ``transfer`` is :func:`_move_private` or :func:`copy_private`: what is set
+    aside holds the conversations too, so it is 0600 whatever the file's mode.
+    """
     target = path.with_name(f"{path.name}.{label}{ending}")
     n = 1
     while target.exists():
@@ -68,7 +78,7 @@ def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
     path = Path(path)
     if not is_zeroed_state_db(path):
         return None
-    target = _set_aside(path, f"zeroed-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", ".bak", os.replace)
+    target = _set_aside(path, f"zeroed-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", ".bak", _move_private)
     notice = f"{path} was zeroed (all NUL bytes); moved aside to {target} and a fresh database was created"
     log.warning(notice)
     record_init_error(notice)
@@ -120,7 +130,7 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
     result: dict[str, Any] = {"ok": False, "backup": None, "steps": [], "integrity": None}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if backup:
-        result["backup"] = str(_set_aside(path, f"malformed-backup-{stamp}", "", shutil.copy2))
+        result["backup"] = str(_set_aside(path, f"malformed-backup-{stamp}", "", copy_private))
 
     def connect() -> Any:
         return driver_module().connect(str(path), isolation_level=None, timeout=5.0)
@@ -145,6 +155,7 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
             nonlocal conn
             fresh = path.with_name(f"{path.name}.salvage-{stamp}")
             fresh.unlink(missing_ok=True)
+            create_private_file(fresh)  # it becomes the database: 0600 like a new one
             try:
                 result.update(salvage_rows(conn, fresh))
             except BaseException:
@@ -152,7 +163,7 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
                 raise
             conn.close()
             if result["backup"] is None:
-                result["backup"] = str(_set_aside(path, f"malformed-{stamp}", "", os.replace))
+                result["backup"] = str(_set_aside(path, f"malformed-{stamp}", "", _move_private))
             # Sidecars of the damaged file must not be replayed into the fresh one.
             for suffix in ("-wal", "-shm", "-journal"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
