@@ -23,7 +23,7 @@ from typing import Any, Callable
 __all__ = ["SIGNALS", "Interrupted", "SignalGuard", "exit_code", "exit_line"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+_WORDS: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
 
 def exit_code(signum: int) -> int:
