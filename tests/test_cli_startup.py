@@ -48,10 +48,16 @@ print(json.dumps({"helps": seen, "heavy": loaded, "preloaded": sorted(before)}))
 """
 
 
-def test_every_help_text_loads_no_heavy_module(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", EVERY_HELP, *HEAVY], capture_output=True, text=True,
-                          env=cli_env(tmp_path), cwd=str(tmp_path), timeout=120)
+def run_python(home: Path, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter (so ``sys.modules`` starts empty); fails the test if it fails."""
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          env=cli_env(home), cwd=str(home), timeout=120)
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_every_help_text_loads_no_heavy_module(tmp_path: Path) -> None:
+    done = run_python(tmp_path, EVERY_HELP, *HEAVY)
     found = json.loads(done.stdout)
     assert found["preloaded"] == []  # importing hermes_state.cli itself loads none of them
     assert {"", "copy", "export", "import", "doctor", "sessions", "sessions list", "quickstart"} <= set(found["helps"])
@@ -66,9 +72,8 @@ def test_python_m_help_loads_no_heavy_module(tmp_path: Path) -> None:
         "sys.argv = ['hermes_state', '--help']\n"
         "runpy.run_module('hermes_state', run_name='__main__', alter_sys=True)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=cli_env(tmp_path), cwd=str(tmp_path), timeout=120)
-    assert done.returncode == 0 and "usage: hermes-state" in done.stdout, done.stderr
+    done = run_python(tmp_path, script)
+    assert "usage: hermes-state" in done.stdout
     modules = done.stderr.rsplit("MODULES ", 1)[1].split()
     assert [m for m in modules if m.startswith(HEAVY)] == []
 
@@ -90,10 +95,7 @@ def test_the_package_loads_its_names_on_first_use(tmp_path: Path) -> None:
         "except AttributeError as exc:\n"
         "    print(exc)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=cli_env(tmp_path), cwd=str(tmp_path), timeout=120)
-    assert done.returncode == 0, done.stderr
-    first, second = done.stdout.splitlines()
+    first, second = run_python(tmp_path, script).stdout.splitlines()
     found = json.loads(first)
     assert found["light"] is True and found["same"] is True and found["dir"] is True
     assert all(found["star"].values()), [n for n, ok in found["star"].items() if not ok]
