@@ -24,6 +24,7 @@ __all__ = [
     "CompressionSessionClosedError",
     "CompressionSessionBusyError",
     "SessionCompressionInProgressError",
+    "SessionTurnLeaseLostError",
     "SessionResumeTooLargeError",
     "SessionExportTooLargeError",
     "WalUnsupportedError",
@@ -93,6 +94,20 @@ class SessionCompressionInProgressError(CompressionSessionBusyError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"Session '{session_id}' is being compressed by another writer")
+
+
+class SessionTurnLeaseLostError(RuntimeError):
+    """A fenced write's turn lease is gone: released, expired and taken over, or never held.
+
+    Raised by a write made with ``turn_lease_holder`` (or through a
+    :meth:`~hermes_state.SessionDB.session_turn` context) when the
+    conversation's lease row is missing, names another holder, or carries
+    another fencing token. Nothing of that call is stored.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"Session turn lease lost; refusing transcript write for '{session_id}'")
 
 
 class CompressionSessionClosedError(RuntimeError):

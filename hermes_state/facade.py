@@ -21,7 +21,7 @@ from .paths import default_db_path
 from .errors import SessionCompressionInProgressError, StoreClosedError, locked_error
 from .limits import finite_arg, int64_arg
 
-__all__ = ["StoreBase", "require_id", "opt_text", "count_arg", "opt_number", "rows_size"]
+__all__ = ["StoreBase", "require_id", "opt_text", "flag_arg", "count_arg", "opt_number", "rows_size"]
 
 log = logging.getLogger("hermes_state")
 _S = TypeVar("_S", bound="StoreBase")
@@ -57,6 +57,15 @@ def opt_text(value: Any, name: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
+
+
+def flag_arg(value: Any, name: str) -> bool:
+    """A boolean option: ``bool``, or the ints 0 and 1; anything else is a ``TypeError``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
 
 
 def count_arg(value: Any, name: str) -> int:

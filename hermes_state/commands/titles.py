@@ -1,4 +1,4 @@
-"""Commands for session titles and the lineage-wide archived/pinned/read flags."""
+"""Commands for session titles and the conversation-wide archived/pinned/hidden/read flags."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 from .base import Command
 
 TitleSource = Literal["derived", "llm", "user"]
-LineageFlag = Literal["archived", "pinned", "last_read_at"]
+LineageFlag = Literal["archived", "pinned", "hidden", "last_read_at"]
 
 
 class SetSessionTitle(Command, frozen=True):
@@ -31,7 +31,7 @@ class SetSessionTitleSource(Command, frozen=True):
 
 
 class SetLineageFlag(Command, frozen=True):
-    """Set ``archived``, ``pinned`` or ``last_read_at`` on every session of a compression lineage.
+    """Set ``archived``, ``pinned``, ``hidden`` or ``last_read_at`` on every session of a conversation.
 
     Resolves to the number of sessions updated.
     """

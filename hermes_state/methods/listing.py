@@ -25,7 +25,7 @@ from ..commands.listing import (
 )
 from ..encoding import encode_content, scrub_surrogates
 from ..errors import OperationalError, StoreClosedError
-from ..facade import ACTIVITY_PATIENCE, StoreBase, opt_text, require_id
+from ..facade import ACTIVITY_PATIENCE, StoreBase, flag_arg, opt_text, require_id
 from ..limits import finite_arg, int64_arg, json_text
 
 __all__ = [
@@ -47,15 +47,6 @@ ACTIVITY_PROVENANCES = ("unknown", "agent.compression", "agent.compression_timeo
 
 
 # ------------------------------------------------------------------ validators
-
-
-def flag_arg(value: Any, name: str) -> bool:
-    """A boolean option: ``bool``, or the ints 0 and 1; anything else is a ``TypeError``."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
 
 
 def limit_arg(value: Any, name: str) -> int:
@@ -163,6 +154,7 @@ class ListingMethods(StoreBase):
         compact_rows: bool = False,
         include_pinned: bool = False,
         session_key: str | None = None,
+        include_hidden: bool = False,
     ) -> list[dict[str, Any]]:
         """Return one page of sessions for a picker or sidebar, as rich row dicts.
 
@@ -176,7 +168,8 @@ class ListingMethods(StoreBase):
         ``order_by_last_active`` ranks by the freshest activity anywhere in a
         row's compression chain and is the only mode that applies
         ``id_query`` / ``search_query``. ``include_pinned`` appends pinned
-        rows missing from the page. With ``project_compression_tips`` a
+        rows missing from the page. Hidden sessions (:meth:`set_session_hidden`)
+        are left out unless ``include_hidden``; a pinned hidden one stays hidden. With ``project_compression_tips`` a
         compression-ended row shows its live tip (``_lineage_root_id`` keeps
         the listed id). Queued token counts are flushed first.
         """
@@ -195,6 +188,7 @@ class ListingMethods(StoreBase):
             search_query=opt_text(search_query, "search_query"),
             compact_rows=flag_arg(compact_rows, "compact_rows"),
             include_pinned=flag_arg(include_pinned, "include_pinned"),
+            exclude_hidden=not flag_arg(include_hidden, "include_hidden"),
         )
         await self.flush_token_counts()
         rows = await self._query("list_sessions_rich", opts)

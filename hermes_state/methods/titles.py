@@ -14,7 +14,7 @@ from ..commands.titles import (
     SetSessionTitleSource,
 )
 from ..encoding import scrub_surrogates
-from ..facade import StoreBase, require_id
+from ..facade import StoreBase, flag_arg, require_id
 
 __all__ = ["TitleMethods"]
 
@@ -127,13 +127,27 @@ class TitleMethods(StoreBase):
         return int(await self._write(command)) > 0
 
     async def set_session_archived(self, session_id: str, archived: bool) -> bool:
-        """Archive or unarchive the whole compression lineage; returns False when no session matched."""
-        return await self._set_flag(session_id, "archived", 1 if archived else 0)
+        """Archive or unarchive the whole conversation; returns False when no session matched.
+
+        A conversation is a session with every compression continuation of it
+        (the sessions sharing its ``conversation_id``); forks (tool runs,
+        /branch, delegates, reset children) are conversations of their own.
+        """
+        return await self._set_flag(session_id, "archived", 1 if flag_arg(archived, "archived") else 0)
 
     async def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
-        """Pin or unpin the whole compression lineage; returns False when no session matched."""
-        return await self._set_flag(session_id, "pinned", 1 if pinned else 0)
+        """Pin or unpin the whole conversation; returns False when no session matched."""
+        return await self._set_flag(session_id, "pinned", 1 if flag_arg(pinned, "pinned") else 0)
+
+    async def set_session_hidden(self, session_id: str, hidden: bool) -> bool:
+        """Hide or unhide the whole conversation; returns False when no session matched.
+
+        A hidden session stays readable and resumable by id; only the default
+        :meth:`list_sessions_rich` listing leaves it out. Returns True also
+        when the flag already had that value.
+        """
+        return await self._set_flag(session_id, "hidden", 1 if flag_arg(hidden, "hidden") else 0)
 
     async def set_session_read(self, session_id: str, read: bool = True) -> bool:
-        """Mark the lineage read now (or unread: ``last_read_at = 0.0``); returns False when no session matched."""
+        """Mark the conversation read now (or unread: ``last_read_at = 0.0``); returns False when no session matched."""
         return await self._set_flag(session_id, "last_read_at", time.time() if read else 0.0)

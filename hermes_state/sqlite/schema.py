@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from ..encoding import prompt_hash
+from .conversations import CONVERSATION_TRIGGERS_SQL, backfill_conversation_ids
 from .driver import driver_module
 from .search.fts_schema import (  # noqa: F401  (fts_triggers_sql is re-exported)
     ALL_TRIGGERS,
@@ -94,6 +95,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     archived INTEGER NOT NULL DEFAULT 0,
     pinned INTEGER NOT NULL DEFAULT 0,
     last_read_at REAL,
+    hidden INTEGER NOT NULL DEFAULT 0,
+    conversation_id TEXT,
     FOREIGN KEY (parent_session_id) REFERENCES sessions(id),
     FOREIGN KEY (system_prompt_hash) REFERENCES system_prompts(hash)
 );
@@ -166,6 +169,17 @@ CREATE TABLE IF NOT EXISTS compression_locks (
     expires_at REAL NOT NULL
 );
 
+CREATE TABLE IF NOT EXISTS session_turn_leases (
+    conversation_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    token INTEGER NOT NULL DEFAULT 0,
+    holder_host TEXT,
+    holder_pid INTEGER,
+    holder_started INTEGER
+);
+
 CREATE TABLE IF NOT EXISTS async_delegations (
     delegation_id TEXT PRIMARY KEY,
     origin_session TEXT NOT NULL,
@@ -197,6 +211,7 @@ CREATE INDEX IF NOT EXISTS idx_messages_assistant_calls_by_session
     ON messages(session_id)
     WHERE role = 'assistant' AND tool_calls IS NOT NULL;
 CREATE INDEX IF NOT EXISTS idx_compression_locks_expires ON compression_locks(expires_at);
+CREATE INDEX IF NOT EXISTS idx_session_turn_leases_expires ON session_turn_leases(expires_at);
 CREATE INDEX IF NOT EXISTS idx_session_model_usage_session ON session_model_usage(session_id);
 CREATE INDEX IF NOT EXISTS idx_session_model_usage_model ON session_model_usage(model);
 CREATE INDEX IF NOT EXISTS idx_async_delegations_delivery
@@ -217,6 +232,8 @@ CREATE INDEX IF NOT EXISTS idx_sessions_handoff_state
     ON sessions(handoff_state, started_at);
 CREATE INDEX IF NOT EXISTS idx_sessions_system_prompt_hash
     ON sessions(system_prompt_hash);
+CREATE INDEX IF NOT EXISTS idx_sessions_conversation
+    ON sessions(conversation_id);
 """
 
 PLATFORM_INDEX_SQL = (
@@ -405,11 +422,13 @@ def ensure_schema(conn: Any, *, fts_enabled: bool = True, cjk_loaded: bool = Fal
     except Exception as exc:
         log.debug("platform message index: %s", exc)
     run_script(conn, DEFERRED_INDEX_SQL)
+    run_script(conn, CONVERSATION_TRIGGERS_SQL)
 
     has_fts = fts_enabled and probe_fts(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute("UPDATE messages SET active = 1 WHERE active IS NULL")
+        backfill_conversation_ids(conn)
         if prior is None:
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))

@@ -35,7 +35,7 @@ from ...errors import CompressionSessionBusyError
 from ...rules import CHILD_INHERITED_COLUMNS, holder_process_is_dead, patched_model_config
 from ..lease_host import LOCAL_HOST, is_local
 from ..queries.core import MESSAGE_SELECT, message_dict
-from ..queries.lineage_sql import continuation_sql
+from ..lineage_sql import continuation_sql
 from .common import insert_messages, require_session, row_count, store_prompt
 from .registry import handles
 

@@ -24,10 +24,11 @@ from ...commands.maintenance import (
     PruneSessions,
     Vacuum,
 )
-from ..queries.lineage_sql import last_active_sql, lineage_ids_cte, marker_sql
+from ..lineage_sql import last_active_sql, marker_sql
 from ..queries.listing import COMPACT_SESSION_COLUMNS, Params
 from ..queries.maintenance import filters_where
 from ..schema import TABLES
+from ..conversations import same_conversation_sql
 from .common import gc_prompts, insert_messages, store_prompt
 from .listing import rows_changed
 from .registry import handles
@@ -121,13 +122,11 @@ async def prune_empty_ghost_sessions(conn: Any, cmd: PruneEmptyGhostSessions) ->
     return await _delete_all(conn, ids)
 
 
-_ARCHIVE_LINEAGE_SQL = (
-    lineage_ids_cte("$1") + "UPDATE sessions SET archived = 1 WHERE archived = 0 AND id IN (SELECT id FROM lineage)"
-)
+_ARCHIVE_LINEAGE_SQL = f"UPDATE sessions SET archived = 1 WHERE archived = 0 AND {same_conversation_sql('$1')}"
 
 
 async def archive_lineages(conn: Any, ids: list[str]) -> int:
-    """Archive each of ``ids`` with its whole compression lineage (as ``set_session_archived``); returns len(ids)."""
+    """Archive each of ``ids`` with its whole conversation (as ``set_session_archived``); returns len(ids)."""
     for session_id in ids:
         await conn.execute(_ARCHIVE_LINEAGE_SQL, session_id)
     return len(ids)

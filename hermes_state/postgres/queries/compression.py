@@ -14,7 +14,7 @@ from typing import Any
 from ...errors import SessionResumeTooLargeError
 from ...limits import INT64_MAX
 from .core import MESSAGE_SELECT, message_dict, session_chain
-from .lineage_sql import compression_tip, continuation_sql
+from ..lineage_sql import compression_tip, continuation_sql
 from .registry import query
 
 __all__ = ["session_rows"]

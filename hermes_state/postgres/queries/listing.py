@@ -27,7 +27,7 @@ from ...rules import RESET_REASONS
 from ..content import BYTES, JSON, NUL_TEXT
 from ..schema import TABLES
 from .core import MESSAGE_SELECT, message_dict
-from .lineage_sql import compression_tip, continuation_sql, last_active_sql, marker_sql, newest_or_started_sql
+from ..lineage_sql import compression_tip, continuation_sql, last_active_sql, marker_sql, newest_or_started_sql
 from .registry import query
 
 __all__ = ["COMPACT_SESSION_COLUMNS", "Params", "content_present_sql", "cwd_prefix_clause", "listable_sql"]
@@ -104,6 +104,8 @@ def session_filters(opts: dict[str, Any], params: Params, *, listable: bool) -> 
         where.append("s.archived = 1")
     elif not opts.get("include_archived"):
         where.append("s.archived = 0")
+    if opts.get("exclude_hidden"):
+        where.append("s.hidden = 0")
     return where
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from ...commands.maintenance import SessionFilters
 from ...previews import escape_like
 from .core import get_session
-from .lineage_sql import last_active_sql, newest_or_started_sql
+from ..lineage_sql import last_active_sql, newest_or_started_sql
 from .listing import Params, cwd_prefix_clause, message_rows
 from .registry import query
 

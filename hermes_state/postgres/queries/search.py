@@ -44,7 +44,7 @@ from ...search_text.snippet import bounded_snippet, phrase_pattern
 from ..content import from_columns
 from ..schema import SEARCH_COLUMN
 from ..search_schema import CJK_ROWS, TRIGRAM_DOCUMENT
-from .lineage_sql import last_active_sql
+from ..lineage_sql import last_active_sql
 from .registry import query, query_begun_with
 from .search_form import match_fraction, prefer_bitmap, term_stats
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
-from .lineage_sql import last_active_sql, marker_sql
+from ..lineage_sql import last_active_sql, marker_sql
 from .listing import Params
 from .registry import query
 

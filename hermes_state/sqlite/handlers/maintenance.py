@@ -19,9 +19,10 @@ from ...commands.maintenance import (
     PruneSessions,
     Vacuum,
 )
-from ..queries.compression import last_active_sql, lineage_ids_cte, marker_sql
+from ..queries.compression import last_active_sql, marker_sql
 from ..queries.listing import compact_session_columns
 from ..queries.maintenance import filters_where
+from ..conversations import same_conversation_sql
 from .common import gc_prompts, store_prompt
 from .messages import insert_rows
 from .registry import handles
@@ -131,13 +132,11 @@ def prune_empty_ghost_sessions(conn: Any, cmd: PruneEmptyGhostSessions) -> list[
     )
 
 
-_ARCHIVE_LINEAGE_SQL = (
-    lineage_ids_cte("?1") + "UPDATE sessions SET archived = 1 WHERE archived = 0 AND id IN (SELECT id FROM lineage)"
-)
+_ARCHIVE_LINEAGE_SQL = f"UPDATE sessions SET archived = 1 WHERE archived = 0 AND {same_conversation_sql('?1')}"
 
 
 def archive_lineages(conn: Any, ids: list[str]) -> int:
-    """Archive each of ``ids`` with its whole compression lineage (as ``set_session_archived``); returns len(ids)."""
+    """Archive each of ``ids`` with its whole conversation (as ``set_session_archived``); returns len(ids)."""
     for session_id in ids:
         conn.execute(_ARCHIVE_LINEAGE_SQL, (session_id,))
     return len(ids)

@@ -7,6 +7,7 @@ from typing import Any
 from ...commands.titles import SetLineageFlag, SetSessionTitle, SetSessionTitleSource
 from ...rules import TITLE_RANK, title_rank
 from ..queries.compression import lineage_ids_cte
+from ..conversations import same_conversation_sql
 from .common import changes
 from .registry import handles
 
@@ -51,7 +52,7 @@ def set_session_title_source(conn: Any, cmd: SetSessionTitleSource) -> bool:
     return cur.rowcount > 0
 
 
-_FLAG_COLUMNS = ("archived", "pinned", "last_read_at")
+_FLAG_COLUMNS = ("archived", "pinned", "hidden", "last_read_at")
 
 
 @handles(SetLineageFlag)
@@ -60,7 +61,7 @@ def set_lineage_flag(conn: Any, cmd: SetLineageFlag) -> int:
         raise ValueError(f"not a lineage flag: {cmd.column!r}")
     value = cmd.value if cmd.column == "last_read_at" else int(cmd.value)
     conn.execute(
-        lineage_ids_cte("?1") + f"UPDATE sessions SET {cmd.column} = ?2 WHERE id IN (SELECT id FROM lineage)",
+        f"UPDATE sessions SET {cmd.column} = ?2 WHERE {same_conversation_sql('?1')}",
         (cmd.session_id, value),
     )
     return changes(conn)

@@ -113,6 +113,8 @@ def session_filters(opts: dict[str, Any], *, listable: bool) -> tuple[list[str],
         where.append("s.archived = 1")
     elif not opts.get("include_archived"):
         where.append("s.archived = 0")
+    if opts.get("exclude_hidden"):
+        where.append("s.hidden = 0")
     return where, params
 
 
