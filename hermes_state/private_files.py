@@ -16,7 +16,6 @@ sidecars private too.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import BinaryIO
 
@@ -91,6 +90,8 @@ def open_private(path: os.PathLike[str] | str) -> BinaryIO:
 
 def copy_private(source: os.PathLike[str] | str, destination: os.PathLike[str] | str) -> None:
     """Copy the bytes and the times of ``source`` to a new 0600 ``destination`` (``shutil.copy2`` would copy the mode)."""
+    import shutil
+
     with open(source, "rb") as reader, open_private(destination) as writer:
         shutil.copyfileobj(reader, writer)
     stat = os.stat(source)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from typing import Any, Callable
 
 __all__ = ["SIGNALS", "Interrupted", "SignalGuard", "exit_code", "exit_line"]
@@ -63,9 +62,11 @@ class SignalGuard:
 
     def install(self) -> SignalGuard:
         """Take over both signals (main thread only: elsewhere Python cannot install handlers)."""
-        if threading.current_thread() is threading.main_thread():
-            for signum in SIGNALS:
+        for signum in SIGNALS:
+            try:
                 self._previous[signum] = signal.signal(signum, self._handle)
+            except ValueError:  # not the main thread: leave the signals to their owner
+                break
         return self
 
     def restore(self) -> None:

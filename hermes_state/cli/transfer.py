@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Callable, NamedTuple
 
-from ..private_files import open_private
 from .errors import FAILURE, NOT_FOUND, OK, USAGE, CliError
 from .output import decode_json as _decode, encode_json as _encode, print_json, progress
 from .argtypes import non_negative
@@ -81,6 +80,8 @@ async def run_export(args: argparse.Namespace) -> int:
                 raise CliError(f"{target} is a directory")
             temp = target.with_name(f".{target.name}.{os.getpid()}.partial")
             try:
+                from ..private_files import open_private
+
                 with open_private(temp) as out:  # conversations: 0600 whatever the umask
                     report = await _export(db, args, out)
                     out.flush()
