@@ -365,6 +365,20 @@ async def test_doctor_repair_removes_expired_leases_without_a_backup(built: Path
     assert not [p for p in built.parent.iterdir() if "backup" in p.name]  # nothing failed: no file repair
 
 
+def test_doctor_repair_never_turns_a_foreign_database_into_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "other-app.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.commit()
+    conn.close()
+    done = run_cli(tmp_path, "--db", str(path), "doctor", "--repair")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "it does not open as a store: nothing in it was changed" in done.stdout
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]  # no schema created
+    conn.close()
+
+
 def damage_an_index(path: Path) -> None:
     """Make an index disagree with its table (integrity_check reports it on every SQLite version)."""
     conn = sqlite3.connect(path)

@@ -224,6 +224,15 @@ async def _repair(target: Target, checks: list[dict[str, str]], before: list[str
         report = _file_repair(target)
         if not report["ok"]:
             return report
+    if any(c["check"] == "open" for c in checks):
+        # Only a store that opens as one may be opened writable: that would create or
+        # migrate a schema, which is no repair (and perhaps not our file).
+        try:
+            async with open_store(target, read_only=True):
+                pass
+        except Exception as exc:
+            return {**report, "ok": False, "integrity": f"the store still cannot be opened: {exc}",
+                    "note": "it does not open as a store: nothing in it was changed" if not report["steps"] else None}
     async with open_store(target, read_only=False) as db:
         fixed = await db.repair_store()
     # Opening a PostgreSQL store writable runs the schema's additive reconcile (missing indexes, columns).
@@ -234,10 +243,10 @@ async def _repair(target: Target, checks: list[dict[str, str]], before: list[str
 
 
 def _print_repair(repair: dict[str, Any]) -> None:
-    if repair.get("note"):
-        print(f"repair: {repair['note']}")
-        return
     backup = f"backup at {repair['backup']}; " if repair.get("backup") else ""
+    if repair.get("note"):
+        print(f"repair: {backup}{repair['note']}" + ("" if repair["ok"] else f" ({repair['integrity']})"))
+        return
     print(f"repair: {backup}{len(repair['steps'])} step(s); integrity now: {repair['integrity']}")
     for step in repair["steps"]:
         print(f"  - {step}")
