@@ -8,17 +8,20 @@ the median CPU time (user + system), which moves less with the load of a
 shared machine than the wall time:
 
   - ``python -c pass``: the interpreter alone (baseline);
-  - ``import hermes_state.store``: what every command paid before imports were
-    deferred (the package imported the store, msgspec, PyYAML and the SQLite
-    backend), for comparison;
+  - ``import hermes_state.store``: the store with its imports (msgspec, PyYAML,
+    the SQLite backend), which every command loaded at start-up before they
+    were deferred;
   - ``python -m hermes_state --help`` and ``... export --help``: the command's help;
   - ``hermes-state --help``: the installed console script, when it is on PATH
-    beside this interpreter.
+    beside this interpreter;
+  - with ``--before DIR`` (a checkout of an older revision, e.g. from
+    ``git archive``), that revision's ``python -m hermes_state --help`` too.
 
 Target (issue 23): ``--help`` median under 150 ms. Run from the repository root::
 
     python3 bench/cli_startup.py                # 30 rounds
     python3 bench/cli_startup.py --rounds 10 --check
+    git archive d3337e0 | tar -x -C /tmp/before && python3 bench/cli_startup.py --before /tmp/before
 """
 
 from __future__ import annotations
@@ -37,17 +40,21 @@ _REPO = Path(__file__).resolve().parent.parent
 LIMIT_MS = 150.0
 
 
-def contenders() -> dict[str, list[str]]:
+def contenders(before: str | None) -> dict[str, tuple[list[str], str]]:
+    """Name -> (argv, PYTHONPATH first entry)."""
     python = sys.executable
+    here = str(_REPO)
     found = {
-        "python -c pass (baseline)": [python, "-c", "pass"],
-        "import hermes_state.store (the old start-up)": [python, "-c", "import hermes_state.store"],
-        "python -m hermes_state --help": [python, "-m", "hermes_state", "--help"],
-        "python -m hermes_state export --help": [python, "-m", "hermes_state", "export", "--help"],
+        "python -c pass (baseline)": ([python, "-c", "pass"], here),
+        "import hermes_state.store": ([python, "-c", "import hermes_state.store"], here),
+        "python -m hermes_state --help": ([python, "-m", "hermes_state", "--help"], here),
+        "python -m hermes_state export --help": ([python, "-m", "hermes_state", "export", "--help"], here),
     }
     script = Path(python).parent / "hermes-state"
     if script.exists():
-        found["hermes-state --help"] = [str(script), "--help"]
+        found["hermes-state --help"] = ([str(script), "--help"], here)
+    if before is not None:
+        found["before: python -m hermes_state --help"] = ([python, "-m", "hermes_state", "--help"], before)
     return found
 
 
@@ -56,11 +63,14 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+def run_once(argv: list[str], path: str) -> tuple[float, float]:
     """(wall ms, CPU ms) of one run; CPU time (user + system) moves less with the machine's load."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     cpu = _children_cpu()
     started = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(_REPO))
+    # The working directory comes first on sys.path for -c and -m: it must be the tree being timed.
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=path)
     elapsed = (time.perf_counter() - started) * 1000
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
@@ -72,17 +82,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--check", action="store_true", help=f"exit 1 when --help's median is over {LIMIT_MS:.0f} ms")
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+    parser.add_argument("--before", metavar="DIR", help="also time --help of the revision checked out in DIR")
     args = parser.parse_args()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(_REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    runs = contenders()
+    runs = contenders(args.before)
     times: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
-    for argv in runs.values():  # warm the file cache once
-        run_once(argv, env)
+    for argv, path in runs.values():  # warm the file and bytecode caches once
+        run_once(argv, path)
     for _ in range(args.rounds):
-        for name, argv in runs.items():
-            wall, used = run_once(argv, env)
+        for name, (argv, path) in runs.items():
+            wall, used = run_once(argv, path)
             times[name].append(wall)
             cpu[name].append(used)
     load = os.getloadavg()[0]
