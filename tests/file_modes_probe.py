@@ -18,6 +18,7 @@ import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from hermes_state import SessionDB, repair_state_db_schema  # noqa: E402
+from hermes_state.sqlite.driver import driver_module  # noqa: E402
 
 from tests.test_damaged_files import make_file, marker, page_of, smash_page  # noqa: E402
 
@@ -40,6 +41,7 @@ async def store_files(found: dict[str, str | None]) -> None:
         await db.create_session("s", "cli")
         await db.append_message("s", "user", "my API key is sk-not-really")
         db_path = HOME / "state.db"
+        found["journal mode"] = (await db.storage_info())["journal_mode"]  # rollback with a WAL-reset-bug SQLite
         found.update(modes("open", {"home": HOME, "db": db_path, "wal": Path(f"{db_path}-wal"),
                                     "shm": Path(f"{db_path}-shm")}))
         await db.export_all_to(HOME / "api-export.jsonl")
@@ -69,6 +71,14 @@ async def store_files(found: dict[str, str | None]) -> None:
             found["rollback journal db"] = mode(journal / "state.db")
     finally:
         os.environ["HERMES_HOME"] = str(HOME)
+    conn = driver_module().connect(str(journal / "state.db"), isolation_level=None)
+    try:  # the -journal file lives while a write transaction does
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO state_meta (key, value) VALUES ('probe', 'x')")
+        found["rollback journal"] = mode(journal / "state.db-journal")
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def command_files(found: dict[str, str | None]) -> None:

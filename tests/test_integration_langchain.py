@@ -263,6 +263,8 @@ def test_a_store_used_from_sync_code_gets_a_loop_that_stops_when_it_closes(db_pa
         history.add_user_message("too late")
 
 
+WAL_BUG_NOTICE = "SQLite is affected by the WAL-reset bug; using a rollback journal for state.db\n"
+
 # A plain synchronous program: no asyncio import, no loop, no LoopThread.
 PLAIN_SCRIPT = """
 import json, sys, threading
@@ -305,7 +307,8 @@ async def test_the_sync_methods_in_a_plain_script(store: SessionDB, tmp_path, cl
         subprocess.run, [sys.executable, "-c", PLAIN_SCRIPT, backend, target, close],
         capture_output=True, text=True, env=cli_env(tmp_path), cwd=str(tmp_path), timeout=120,
     )
-    assert done.returncode == 0 and done.stderr == "", done.stderr
+    # Nothing on stderr but, with a SQLite that has the WAL-reset bug, the store's notice of its journal.
+    assert done.returncode == 0 and done.stderr.replace(WAL_BUG_NOTICE, "") == "", done.stderr
     result = json.loads(done.stdout)
     assert result["first"] == ["HumanMessage", "AIMessage", "ToolMessage"]
     assert result["last"] == "The 08:04." and result["main"] == "MainThread"
