@@ -44,4 +44,5 @@ def test_a_cancelled_open_leaves_no_thread_and_no_traceback(tmp_path: Path) -> N
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "state.db")], capture_output=True, text=True,
                           env=cli_env(tmp_path), cwd=str(tmp_path), timeout=240)
     assert done.returncode == 0 and done.stdout == "ok\n", done.stdout + done.stderr
-    assert done.stderr == ""
+    # Nothing but, with a SQLite that has the WAL-reset bug, the store's notice of its journal.
+    assert [line for line in done.stderr.splitlines() if "WAL-reset bug" not in line] == []
