@@ -2,8 +2,8 @@
 
 A fake chat model from langchain-core stands in for the LLM. The async part
 runs two conversations concurrently on one ``SessionDB``, including a tool
-call round; the sync part uses the same store from plain synchronous code
-through a ``LoopThread``.
+call round; the sync part uses the same store from plain synchronous code,
+which needs no event loop of its own.
 
     pip install '.[langchain]'
     python3 examples/langchain_history.py [--home DIR]
@@ -30,7 +30,7 @@ from langchain_core.messages import (
 
 from hermes_state import SessionDB
 from hermes_state.integrations.langchain import HermesChatMessageHistory
-from hermes_state.integrations.loop_thread import LoopThread
+from hermes_state.integrations.loop_thread import close_store
 
 
 async def turn(history: HermesChatMessageHistory, model: FakeMessagesListChatModel, text: str) -> BaseMessage:
@@ -64,13 +64,12 @@ async def async_part(db: SessionDB) -> None:
 
 
 def sync_part(home: Path) -> None:
-    with LoopThread() as background:  # the store lives on this background loop
-        db = SessionDB(home / "state.db")
-        history = HermesChatMessageHistory("trip-oslo", db, loop=background.loop)
-        history.add_user_message("Thanks! Book the 10:04 train.")
-        history.add_ai_message("Booked.")
-        print(f"sync: {len(history.messages)} messages, last: {history.messages[-1].content!r}")
-        background.run(db.close())
+    db = SessionDB(home / "state.db")  # the sync methods run it on a background loop of its own
+    history = HermesChatMessageHistory("trip-oslo", db)
+    history.add_user_message("Thanks! Book the 10:04 train.")
+    history.add_ai_message("Booked.")
+    print(f"sync: {len(history.messages)} messages, last: {history.messages[-1].content!r}")
+    close_store(db)  # commits, closes, and stops that loop
 
 
 def main(home: Path) -> None:

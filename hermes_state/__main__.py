@@ -1,5 +1,5 @@
 """``python -m hermes_state``: the command-line entry point."""
 
-from .cli import main
+from .cli import entry
 
-raise SystemExit(main())
+entry()

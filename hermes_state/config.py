@@ -8,7 +8,6 @@ key.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -16,6 +15,7 @@ import msgspec
 import yaml
 
 from .errors import ConfigError
+from .paths import default_db_path, hermes_home
 
 __all__ = [
     "hermes_home",
@@ -26,17 +26,6 @@ __all__ = [
     "load_config",
     "load_raw_config",
 ]
-
-
-def hermes_home() -> Path:
-    """Return the active profile directory: ``$HERMES_HOME`` or ``~/.hermes``."""
-    raw = os.environ.get("HERMES_HOME", "").strip()
-    return Path(raw).expanduser() if raw else Path.home() / ".hermes"
-
-
-def default_db_path() -> Path:
-    """Return ``<HERMES_HOME>/state.db``, resolved at call time."""
-    return hermes_home() / "state.db"
 
 
 class DatabaseConfig(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):

@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Iterable, TypeVar
 from .actor import WriterActor, WriterStoppedError
 from .backend import Backend
 from .commands.base import Command
-from .config import default_db_path
 from .errors import StoreClosedError, locked_error
+from .paths import default_db_path
 from .limits import finite_arg, int64_arg
 
 __all__ = ["StoreBase", "require_id", "opt_text", "flag_arg", "count_arg", "opt_number", "rows_size"]

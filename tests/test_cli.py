@@ -387,7 +387,7 @@ def test_import_of_a_session_larger_than_a_batch(tmp_path: Path) -> None:
 def test_doctor_reports_health(built: Path) -> None:
     report = run_json(built.parent, "--db", str(built), "doctor")
     assert report["ok"] is True
-    assert [c["check"] for c in report["checks"]] == ["schema", "integrity", "fts", "wal", "leases"]
+    assert [c["check"] for c in report["checks"]] == ["schema", "integrity", "fts", "wal", "permissions", "leases"]
     assert all(c["status"] == "ok" for c in report["checks"])
     assert sidecars(built) == []
 
@@ -401,6 +401,42 @@ async def test_doctor_lists_live_leases(built: Path) -> None:
         await db.close()
     leases = next(c for c in report["checks"] if c["check"] == "leases")
     assert leases["detail"].startswith("1 live") and "pid=1:task=compress" in leases["detail"]
+
+
+async def test_doctor_repair_removes_expired_leases_without_a_backup(built: Path) -> None:
+    db = SessionDB(built)
+    try:
+        assert await db.try_acquire_compression_lock("deploy-1", "pid=1:task=compress", ttl_seconds=300)
+        now = time.time()
+        conn = sqlite3.connect(built)
+        conn.execute("INSERT INTO compression_locks VALUES ('chat-2', 'crashed-worker', ?, ?)", (now - 900, now - 600))
+        conn.commit()
+        conn.close()
+        sick = run_json(built.parent, "--db", str(built), "doctor")
+        leases = next(c for c in sick["checks"] if c["check"] == "leases")
+        assert sick["ok"] is True and leases["status"] == "warn" and "compression chat-2 of crashed-worker" in leases["detail"]
+        done = run_cli(built.parent, "--db", str(built), "doctor", "--repair")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "repair: 1 step(s); integrity now: ok" in done.stdout
+        assert "  - removed 1 expired compression lease(s): chat-2 of crashed-worker" in done.stdout
+        assert [(lease["key"], lease["live"]) for lease in await db.leases()] == [("deploy-1", True)]
+    finally:
+        await db.close()
+    assert not [p for p in built.parent.iterdir() if "backup" in p.name]  # nothing failed: no file repair
+
+
+def test_doctor_repair_never_turns_a_foreign_database_into_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "other-app.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.commit()
+    conn.close()
+    done = run_cli(tmp_path, "--db", str(path), "doctor", "--repair")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "it does not open as a store: nothing in it was changed" in done.stdout
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]  # no schema created
+    conn.close()
 
 
 def damage_an_index(path: Path) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -18,11 +22,13 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from hermes_state import SessionDB
+from hermes_state import SessionDB, StoreClosedError
 from hermes_state.integrations.langchain import HermesChatMessageHistory
-from hermes_state.integrations.loop_thread import LoopThread
+from hermes_state.integrations.loop_thread import LoopThread, close_store
 
 from .adapter_support import reopen
+from .cli_support import cli_env
+from .raw_sql import is_postgres, store_target
 
 def conversation() -> list[BaseMessage]:
     return [
@@ -199,32 +205,122 @@ async def test_sync_methods_work_from_a_worker_thread(store: SessionDB) -> None:
 async def test_sync_methods_refuse_to_block_the_stores_own_loop(store: SessionDB) -> None:
     history = HermesChatMessageHistory("chat", store)
     await history.aget_messages()
-    with pytest.raises(RuntimeError, match="await the async method"):
+    with pytest.raises(RuntimeError, match=r"event loop the store runs on.*deadlock.*await history\.aadd_messages"):
         history.add_user_message("would deadlock")
-    with pytest.raises(RuntimeError, match="await the async method"):
+    with pytest.raises(RuntimeError, match=r"deadlock.*await history\.aget_messages"):
         history.messages  # noqa: B018
     assert await history.aget_messages() == []
 
 
-def test_sync_methods_from_plain_synchronous_code(db_path) -> None:  # type: ignore[no-untyped-def]
+async def test_sync_methods_inside_a_running_loop_before_the_store_has_one(store: SessionDB) -> None:
+    """An async caller of a sync method on an unused store: no background loop that would steal the store."""
+    history = HermesChatMessageHistory("chat", store)
+    with pytest.raises(RuntimeError, match=r"a running event loop.*await history\.aclear"):
+        history.clear()
+    assert store.loop is None
+    await history.aadd_messages([HumanMessage("async still works")])
+    assert await history.aget_messages() == [HumanMessage("async still works")]
+
+
+def test_sync_methods_with_a_loop_thread_of_the_hosts(db_path) -> None:  # type: ignore[no-untyped-def]
     with LoopThread() as background:
         db = SessionDB(db_path)
-        unbound = HermesChatMessageHistory("chat", db)
-        with pytest.raises(RuntimeError, match="pass loop="):
-            unbound.add_user_message("nowhere to run")
         history = HermesChatMessageHistory("chat", db, loop=background.loop)
         history.add_messages(conversation())
         assert threading.current_thread() is threading.main_thread()
         assert_same(history.messages, conversation())
-        assert_same(unbound.messages, conversation())  # the store is bound now
+        assert_same(HermesChatMessageHistory("chat", db).messages, conversation())  # the store is bound now
         history.clear()
         assert history.messages == []
         history.add_user_message("after clear")
         background.run(db.close())
-    again = LoopThread()
+        with pytest.raises(StoreClosedError):
+            history.messages  # noqa: B018
+    db = SessionDB(db_path)
     try:
-        db = SessionDB(db_path)
-        assert HermesChatMessageHistory("chat", db, loop=again.loop).messages == [HumanMessage("after clear")]
-        again.run(db.close())
+        assert HermesChatMessageHistory("chat", db).messages == [HumanMessage("after clear")]
     finally:
-        again.close()
+        close_store(db)
+
+
+def store_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "hermes-state-store-loop"]
+
+
+def test_a_store_used_from_sync_code_gets_a_loop_that_stops_when_it_closes(db_path) -> None:  # type: ignore[no-untyped-def]
+    before = store_threads()
+    db = SessionDB(db_path)
+    history = HermesChatMessageHistory("chat", db)
+    history.add_user_message("hi")
+    [started] = [t for t in store_threads() if t not in before]
+    assert db.loop is not None and HermesChatMessageHistory("other", db).messages == []  # one loop per store
+    assert [t for t in store_threads() if t not in before] == [started]
+    # Closed through the loop itself (not close_store): the thread notices and stops.
+    asyncio.run_coroutine_threadsafe(db.close(), db.loop).result(timeout=30)
+    started.join(timeout=10)
+    assert not started.is_alive()
+    with pytest.raises(StoreClosedError):
+        history.add_user_message("too late")
+
+
+WAL_BUG_NOTICE = "SQLite is affected by the WAL-reset bug; using a rollback journal for state.db\n"
+
+# A plain synchronous program: no asyncio import, no loop, no LoopThread.
+PLAIN_SCRIPT = """
+import json, sys, threading
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from hermes_state.integrations.langchain import HermesChatMessageHistory
+from hermes_state.integrations.loop_thread import close_store
+
+backend, target, close = sys.argv[1:]
+if backend == "postgres":
+    from hermes_state.postgres import SessionDB
+else:
+    from hermes_state import SessionDB
+db = SessionDB(target)
+history = HermesChatMessageHistory("chat", db)
+history.add_user_message("Lyon to Geneve?")
+history.add_messages([AIMessage("", id="a1", tool_calls=[{"name": "trains", "args": {"day": 3}, "id": "c1"}]),
+                      ToolMessage("08:04", tool_call_id="c1", id="t1")])
+first = [type(m).__name__ for m in history.messages]
+other = HermesChatMessageHistory("other", db)
+other.add_user_message("a second history on the same store")
+other.clear()
+loops = [t.name for t in threading.enumerate() if t.name == "hermes-state-store-loop"]
+history.add_ai_message(AIMessage("The 08:04.", id="a2"))
+result = {"first": first, "last": history.messages[-1].content, "loops": loops, "main": threading.current_thread().name}
+if close == "close":
+    close_store(db)
+    result["after_close"] = [t.name for t in threading.enumerate() if t.name == "hermes-state-store-loop"]
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.parametrize("close", ["close", "exit"])
+async def test_the_sync_methods_in_a_plain_script(store: SessionDB, tmp_path, close: str) -> None:  # type: ignore[no-untyped-def]
+    """The whole sync path in a fresh process that never creates a loop; ``exit``: the store is left open."""
+    backend = "postgres" if is_postgres(store) else "sqlite"
+    target = store_target(store)
+    if backend == "sqlite":
+        target = str(tmp_path / "plain" / "state.db")
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", PLAIN_SCRIPT, backend, target, close],
+        capture_output=True, text=True, env=cli_env(tmp_path), cwd=str(tmp_path), timeout=120,
+    )
+    # Nothing on stderr but, with a SQLite that has the WAL-reset bug, the store's notice of its journal.
+    assert done.returncode == 0 and done.stderr.replace(WAL_BUG_NOTICE, "") == "", done.stderr
+    result = json.loads(done.stdout)
+    assert result["first"] == ["HumanMessage", "AIMessage", "ToolMessage"]
+    assert result["last"] == "The 08:04." and result["main"] == "MainThread"
+    assert result["loops"] == ["hermes-state-store-loop"]  # one background loop, for both histories
+    if close == "close":
+        assert result["after_close"] == []
+    reopened = type(store)(target)
+    try:
+        assert [m.content for m in await HermesChatMessageHistory("chat", reopened).aget_messages()] == [
+            "Lyon to Geneve?", "", "08:04", "The 08:04.",
+        ]
+    finally:
+        await reopened.close()
+    if backend == "sqlite":  # closed at exit too: checkpointed, no -wal left behind
+        assert not Path(f"{target}-wal").exists()

@@ -50,9 +50,10 @@ async def raw(pg_dsn: str, *statements: str) -> None:
         await conn.close()
 
 
-def doctor(home: Path, pg_dsn: str) -> tuple[int, dict[str, Any]]:
+def doctor(home: Path, pg_dsn: str, *options: str) -> tuple[int, dict[str, Any]]:
     """``hermes-state doctor --json`` in a subprocess: (exit code, report)."""
-    done = run_cli(home, "--db", pg_dsn, "doctor", "--json")
+    done = run_cli(home, "--db", pg_dsn, "doctor", "--json", *options)
+    assert done.stderr == "", done.stderr
     return done.returncode, json.loads(done.stdout)
 
 
@@ -147,9 +148,19 @@ async def test_invalid_search_index_fails_integrity_and_fts(db: SessionDB, pg_ds
     assert (await db.storage_info())["fts"] == "invalid"
     code, report = doctor(tmp_path, pg_dsn)
     assert code == 1 and report["ok"] is False
-    assert check(report, "fts")["status"] == "fail" and "REINDEX" in check(report, "fts")["detail"]
+    assert check(report, "fts") == {
+        "check": "fts", "status": "fail",
+        "detail": "the search index is invalid (an interrupted build): doctor --repair rebuilds it",
+    }
     assert check(report, "integrity")["status"] == "fail"
     assert "messages_hermes_search_idx" in check(report, "integrity")["detail"]
+    code, report = doctor(tmp_path, pg_dsn, "--repair")
+    assert code == 0 and report["repair"] == {
+        "ok": True, "backup": None, "integrity": "ok",
+        "steps": ["rebuilt invalid index messages_hermes_search_idx on messages"],
+    }
+    assert (await db.storage_info())["fts"] == "tsvector"
+    assert [h["session_id"] for h in await db.search_messages("hello")] == ["s2"]  # the rebuilt index serves search
 
 
 async def test_dropped_search_index_warns(db: SessionDB, pg_dsn: str, tmp_path: Path) -> None:
@@ -244,7 +255,7 @@ async def test_problems_are_capped(db: SessionDB, pg_dsn: str) -> None:
 # ------------------------------------------------------------------ leases
 
 
-async def test_live_and_stale_leases_are_listed(db: SessionDB, pg_dsn: str, tmp_path: Path) -> None:
+async def test_live_and_expired_leases_are_listed(db: SessionDB, pg_dsn: str, tmp_path: Path) -> None:
     assert await db.try_acquire_compression_lock("s1", "pid=1:task=compress", ttl_seconds=300)
     now = time.time()
     await raw(
@@ -258,15 +269,68 @@ async def test_live_and_stale_leases_are_listed(db: SessionDB, pg_dsn: str, tmp_
     ]
     assert leases[0]["expires_at"] == pytest.approx(now - 600)
     code, report = doctor(tmp_path, pg_dsn)
-    assert code == 0
+    assert code == 0  # an expired lease guards nothing: a warning
     assert check(report, "leases") == {
         "check": "leases",
-        "status": "ok",
-        "detail": "1 live, 1 expired: s1 held by pid=1:task=compress; "
-        "stale (the next acquirer replaces them): s2 of crashed-worker",
+        "status": "warn",
+        "detail": "1 live, 1 expired: compression s1 held by pid=1:task=compress; expired, guarding nothing "
+        "(the next acquirer replaces them, doctor --repair removes them): compression s2 of crashed-worker",
     }
     assert await db.try_acquire_compression_lock("s2", "successor")  # and it really is replaced
     assert [row["holder"] for row in await db.compression_leases()] == ["pid=1:task=compress", "successor"]
+
+
+# ------------------------------------------------------------------ doctor --repair
+
+
+async def test_repair_fixes_what_is_safe_and_leaves_orphans_for_a_person(db: SessionDB, pg_dsn: str, tmp_path: Path) -> None:
+    assert await db.try_acquire_compression_lock("s1", "pid=1:task=live", ttl_seconds=300)
+    now = time.time()
+    await raw(
+        pg_dsn,
+        "UPDATE sessions SET message_count = 9 WHERE id = 's1'",
+        "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at) "
+        f"VALUES ('s2', 'crashed-worker', {now - 900}, {now - 600})",
+        "UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'messages_hermes_trgm_idx'::regclass",
+        "DROP INDEX idx_sessions_source",
+        "SET session_replication_role = replica",
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES ('ghost', 'user', 'a', 1)",
+    )
+    done = run_cli(tmp_path, "--db", pg_dsn, "doctor", "--repair")
+    assert done.returncode == 1 and done.stderr == ""  # the orphan remains: not ok
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("repair:"))
+    assert lines[start] == (
+        "repair: 4 step(s); integrity now: messages of missing sessions: 1 missing session id(s): ghost (1 row)"
+    )
+    assert lines[start + 1:] == [
+        "  - restored by the schema reconcile: missing index(es): idx_sessions_source",
+        "  - rebuilt invalid index messages_hermes_trgm_idx on messages",
+        "  - recounted message_count of 1 session(s): s1 9 -> 4",
+        "  - removed 1 expired compression lease(s): s2 of crashed-worker",
+    ]
+    assert await db.integrity_problems() == ["messages of missing sessions: 1 missing session id(s): ghost (1 row)"]
+    assert [(lease["key"], lease["live"]) for lease in await db.leases()] == [("s1", True)]
+    assert (await db.storage_info())["trigram"] == "indexed"
+    await raw(pg_dsn, "DELETE FROM messages WHERE session_id = 'ghost'")  # what a person decides
+    code, report = doctor(tmp_path, pg_dsn, "--repair")
+    assert code == 0 and report["repair"]["note"] == "nothing to repair"
+
+
+async def test_an_index_that_cannot_be_rebuilt_is_reported(db: SessionDB, pg_dsn: str, tmp_path: Path) -> None:
+    # What a failed CREATE INDEX CONCURRENTLY leaves: an invalid index (here over duplicates, so no REINDEX helps).
+    conn = await schema_connect(pg_dsn)
+    try:
+        with pytest.raises(Exception, match="could not create unique index"):
+            await conn.execute("CREATE UNIQUE INDEX CONCURRENTLY doctor_roles ON messages (role)")
+    finally:
+        await conn.close()
+    code, report = doctor(tmp_path, pg_dsn, "--repair")
+    assert code == 1 and report["ok"] is False
+    [step] = report["repair"]["steps"]
+    assert step.startswith("could not rebuild index doctor_roles: could not create unique index")
+    assert report["repair"]["integrity"].startswith("index doctor_roles on messages is invalid")
+    assert await db.search_messages("turn") != []  # the store's own indexes are untouched
 
 
 # ------------------------------------------------------------------ pages (amcheck)

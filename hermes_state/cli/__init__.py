@@ -6,26 +6,32 @@ a SQLite file and on a PostgreSQL database.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
-import sqlite3
+import importlib
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
-from .. import __version__
-from . import inspect, quickstart, search, serve, sessions, transfer
-from . import copy as copy_command
-from . import verify as verify_command
-from .errors import EXIT_CODES_HELP, FAILURE, OK, CliError
-from .target import Target, parse_target, redact
+# Start-up stays light so `--help` is quick and a signal during it is handled:
+# this package imports only the signal guard here, the command modules when the
+# parser is built, and the store, drivers and asyncio when a command runs.
+from .interrupts import Interrupted, SignalGuard
 
-__all__ = ["main", "build_parser"]
+if TYPE_CHECKING:
+    import argparse
+
+    from .target import Target
+
+__all__ = ["main", "entry", "build_parser", "COMMAND_MODULES"]
 
 DB_HELP = "database: a file path (default $HERMES_HOME/state.db) or a postgresql://user@host/db URL"
 
+# The modules of this package that define commands, in the order of --help. Each has
+# add_parser(add) or add_parsers(add) and must stay light to import (see README: "The command").
+COMMAND_MODULES = ("quickstart", "inspect", "sessions", "search", "transfer", "copy", "verify", "serve")
+
 
 def _add_globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    import argparse
+
     # Sub-parsers leave the value alone unless the option is given after the
     # subcommand, so "--db X info" and "info --db X" mean the same thing.
     default: Any = None if top else argparse.SUPPRESS
@@ -40,14 +46,16 @@ def _add_globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Plain text help that keeps the exit-code table's line breaks."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the whole command (sub-commands included)."""
+    import argparse
+
+    from .. import __version__
+    from .errors import EXIT_CODES_HELP
+
+    formatter = argparse.RawDescriptionHelpFormatter  # keeps the exit-code table's line breaks
     parser = argparse.ArgumentParser(
-        prog="hermes-state", description=__doc__, epilog=EXIT_CODES_HELP, formatter_class=_Formatter
+        prog="hermes-state", description=__doc__, epilog=EXIT_CODES_HELP, formatter_class=formatter
     )
     parser.add_argument("--version", action="version", version=f"hermes-state {__version__}")
     _add_globals(parser, top=True)
@@ -58,22 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, help_text: str, into: Any = sub) -> argparse.ArgumentParser:
         return into.add_parser(  # type: ignore[no-any-return]
             name, help=help_text, description=help_text, parents=[common],
-            epilog=EXIT_CODES_HELP, formatter_class=_Formatter,
+            epilog=EXIT_CODES_HELP, formatter_class=formatter,
         )
 
-    quickstart.add_parser(add)
-    inspect.add_parsers(add)
-    sessions.add_parsers(add)
-    search.add_parser(add)
-    transfer.add_parsers(add)
-    copy_command.add_parser(add)
-    serve.add_parser(add)
-    verify_command.add_parser(add)
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f".{name}", __name__)
+        register = getattr(module, "add_parsers", None) or module.add_parser
+        register(add)
     return parser
 
 
 def _network_cause(exc: BaseException) -> BaseException | None:
     """The connection failure (refused, unreachable, timed out) behind ``exc``, if any; backends may wrap it."""
+    import asyncio
+
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -89,6 +95,8 @@ def _network_cause(exc: BaseException) -> BaseException | None:
 
 def _describe(exc: BaseException, target: Target | None) -> str:
     """One line for an unexpected failure; connection failures name the server's host and port."""
+    import sqlite3
+
     text = str(exc) or type(exc).__name__
     if target is not None and target.is_postgres:
         if target.host_port in text:  # the backend already named the server
@@ -109,12 +117,51 @@ def _describe(exc: BaseException, target: Target | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit status (see ``--help`` for the codes)."""
+    """Run the command line; returns the process exit status (see ``--help`` for the codes).
+
+    SIGINT and SIGTERM end it with one line and 130 or 143 (see
+    :mod:`hermes_state.cli.interrupts`); the previous handlers are back when it returns.
+    """
+    guard = SignalGuard().install()
+    try:
+        return _main(argv, guard, final=False)
+    finally:
+        guard.restore()
+
+
+def entry() -> NoReturn:
+    """The ``hermes-state`` script and ``python -m hermes_state``: run the command and exit with its status."""
+    guard = SignalGuard().install()  # first, so even the imports below are covered
+    sys.exit(_main(None, guard, final=True))
+
+
+def _main(argv: Sequence[str] | None, guard: SignalGuard, *, final: bool) -> int:
+    code = 1
+    try:
+        try:
+            code = _command(argv, guard)
+        finally:
+            # Past this point a signal no longer unwinds anything: it is remembered
+            # (main) or ends the process with its line and code (entry).
+            guard.set_mode("exit" if final else "defer")
+    except Interrupted:
+        pass
+    if guard.signum is not None:
+        return guard.report()
+    return code
+
+
+def _command(argv: Sequence[str] | None, guard: SignalGuard) -> int:
+    from .errors import FAILURE, OK, CliError
+    from .target import parse_target, redact
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors and 0 for --help/--version
-        return int(exc.code or 0)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else FAILURE)
+    import logging
+
     # The result or one error line is the output; library log lines only on request.
     logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL + 1, stream=sys.stderr,
                         format="hermes-state: %(name)s: %(message)s")
@@ -122,12 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         target = parse_target(args.db)
         args.target = target
-        code = asyncio.run(args.run(args))
+        code = _run_command(args, guard)
         return OK if code is None else int(code)
     except CliError as exc:
         print(f"hermes-state: {redact(str(exc))}", file=sys.stderr)
         return exc.code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # off the main thread no handler is installed: Python's own Ctrl-C
         print("hermes-state: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -136,3 +183,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hermes-state: {redact(_describe(exc, target))}", file=sys.stderr)
         return FAILURE
 
+
+def _run_command(args: argparse.Namespace, guard: SignalGuard) -> Any:
+    """Run the command's coroutine; a signal cancels it, so its ``async with`` blocks close the stores."""
+    import asyncio
+
+    async def command() -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        guard.set_mode("cancel", lambda: loop.call_soon_threadsafe(task.cancel))
+        try:
+            return await args.run(args)
+        finally:
+            guard.set_mode("defer")
+
+    guard.set_mode("defer")
+    try:
+        return asyncio.run(command())
+    except asyncio.CancelledError:
+        if guard.signum is None:
+            raise
+        return None  # _main reports the signal
+    finally:
+        guard.set_mode("raise")

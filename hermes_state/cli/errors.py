@@ -15,7 +15,9 @@ EXIT_CODES_HELP = """exit codes:
   1  failure (the message says what went wrong)
   2  usage error (bad arguments)
   3  not found (no such session, or no database file for a read command)
-  4  the two stores differ (copy or verify), or an import met rows the store holds with other values"""
+  4  the two stores differ (copy or verify), or an import met rows the store holds with other values
+  130  interrupted (Ctrl-C, SIGINT)
+  143  terminated (SIGTERM)"""
 
 
 class CliError(Exception):

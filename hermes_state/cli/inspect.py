@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
-from .. import SCHEMA_VERSION, repair_state_db_schema
 from .errors import FAILURE, OK, CliError
 from .output import print_json, progress, size
 from .target import Target, open_store
@@ -16,6 +15,8 @@ __all__ = ["add_parsers"]
 
 # A WAL this large means checkpoints are not keeping up (a long reader, or a writer that never closes).
 WAL_WARN_BYTES = 64 * 1024 * 1024
+# The database and the files SQLite keeps beside it.
+STORE_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 T = TypeVar("T")
 
 
@@ -24,10 +25,14 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     info.set_defaults(run=run_info)
     doctor = add(
         "doctor",
-        "check integrity, full-text indexes, WAL size, compression leases and schema version; "
-        "--repair fixes a damaged SQLite file after copying it aside",
+        "check schema, integrity (PostgreSQL: indexes, counters, orphan rows, schema shape), full-text indexes, "
+        "WAL size, file permissions and leases; --repair fixes what is safe",
     )
-    doctor.add_argument("--repair", action="store_true", help="run the repair (SQLite only; a backup is made first)")
+    doctor.add_argument(
+        "--repair", action="store_true",
+        help="fix what is safe: a damaged SQLite file (copied aside first), invalid indexes (REINDEX), "
+             "message counters that disagree with the rows, expired leases",
+    )
     doctor.set_defaults(run=run_doctor)
 
 
@@ -103,15 +108,15 @@ def _amcheck_note(info: dict[str, Any]) -> str:
 
 
 def _lease_detail(leases: list[dict[str, Any]]) -> str:
-    """Live leases with their holders, then the stale (expired, not yet replaced) ones."""
+    """Live leases with their holders, then the expired ones (which guard nothing any more)."""
     live = [lease for lease in leases if lease["live"]]
-    stale = [lease for lease in leases if not lease["live"]]
-    detail = f"{len(live)} live, {len(stale)} expired"
+    expired = [lease for lease in leases if not lease["live"]]
+    detail = f"{len(live)} live, {len(expired)} expired"
     if live:
-        detail += ": " + ", ".join(f"{lease['session_id']} held by {lease['holder']}" for lease in live[:5])
-    if stale:
-        detail += "; stale (the next acquirer replaces them): " + ", ".join(
-            f"{lease['session_id']} of {lease['holder']}" for lease in stale[:5]
+        detail += ": " + ", ".join(f"{lease['kind']} {lease['key']} held by {lease['holder']}" for lease in live[:5])
+    if expired:
+        detail += "; expired, guarding nothing (the next acquirer replaces them, doctor --repair removes them): " + (
+            ", ".join(f"{lease['kind']} {lease['key']} of {lease['holder']}" for lease in expired[:5])
         )
     return detail
 
@@ -120,7 +125,30 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"check": name, "status": status, "detail": detail}
 
 
-async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
+def _permissions_check(path: Path) -> dict[str, str]:
+    """Warn (never fail) when the database or a sidecar lets group or others in, with the command that fixes it."""
+    import shlex
+
+    from ..private_files import shared_bits
+
+    exposed: list[tuple[Path, int]] = []
+    for suffix in STORE_FILE_SUFFIXES:
+        candidate = Path(f"{path}{suffix}")
+        bits = shared_bits(candidate)
+        if bits:
+            exposed.append((candidate, os.stat(candidate).st_mode & 0o777))
+    if not exposed:
+        return _check("permissions", "ok", "the database and its -wal/-shm files are private to their owner")
+    modes = ", ".join(f"{file.name} {mode:04o}" for file, mode in exposed)
+    command = "chmod 600 " + " ".join(shlex.quote(str(file)) for file, _ in exposed)
+    return _check("permissions", "warn", f"readable or writable by group or others ({modes}): "
+                                   f"conversations may hold secrets; run: {command}")
+
+
+async def _run_checks(db: Any, target: Target) -> tuple[list[dict[str, str]], list[str] | None]:
+    """The checks, and the integrity problems found (None where the backend has no such check)."""
+    from ..sqlite.schema import SCHEMA_VERSION
+
     checks: list[dict[str, str]] = []
     bar = progress(5, "doctor", unit="check")
     try:
@@ -146,7 +174,8 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
         elif fts in (None, "none"):
             checks.append(_check("fts", "warn", "no full-text index: search uses slower scans"))
         elif fts == "invalid":
-            checks.append(_check("fts", "fail", "the search index is invalid (an interrupted build): REINDEX it"))
+            checks.append(_check("fts", "fail", "the search index is invalid (an interrupted build): "
+                                                "doctor --repair rebuilds it"))
         elif pending:
             checks.append(_check("fts", "warn", f"{fts} layout, backfill {pending['percent']}% done"))
         else:
@@ -156,31 +185,82 @@ async def _run_checks(db: Any, target: Target) -> list[dict[str, str]]:
         if "wal_bytes" in info:
             status = "warn" if wal is not None and wal > WAL_WARN_BYTES else "ok"
             checks.append(_check("wal", status, f"journal mode {info.get('journal_mode')}, WAL {size(wal)}"))
+        if target.path is not None:
+            checks.append(_permissions_check(target.path))
         bar.update()
-        leases = await _if_supported(db.compression_leases())
+        leases = await _if_supported(db.leases())
         if leases is None:
-            checks.append(_check("leases", "skip", "this backend does not list compression leases"))
+            checks.append(_check("leases", "skip", "this backend does not list its leases"))
         else:
-            checks.append(_check("leases", "ok", _lease_detail(leases)))
+            expired = any(not lease["live"] for lease in leases)
+            checks.append(_check("leases", "warn" if expired else "ok", _lease_detail(leases)))
         bar.update()
     finally:
         bar.close()
-    return checks
+    return checks, problems
 
 
-def _repair(target: Target) -> dict[str, Any]:
-    if target.path is None:
-        raise CliError("doctor --repair works on SQLite files only")
+def _file_repair(target: Target) -> dict[str, Any]:
+    """SQLite's repair of a damaged file, after copying it aside (``repair_state_db_schema``)."""
+    assert target.path is not None
     if not os.access(target.path.parent, os.W_OK):
         raise CliError(f"doctor --repair needs write access to {target.path.parent} for the backup")
+    from ..sqlite.safety import repair_state_db_schema
+
     return repair_state_db_schema(Path(target.path), backup=True)
+
+
+def _needs_repair(checks: list[dict[str, str]]) -> bool:
+    """A failed check, or leases to clear; a warning --repair cannot fix (permissions, WAL size) is not one."""
+    return any(c["status"] == "fail" or (c["check"] == "leases" and c["status"] == "warn") for c in checks)
+
+
+async def _repair(target: Target, checks: list[dict[str, str]], before: list[str] | None) -> dict[str, Any]:
+    """The file repair where a SQLite file failed its checks, then the in-place repair on a writable store."""
+    if not _needs_repair(checks):
+        return {"ok": True, "backup": None, "steps": [], "integrity": "ok", "note": "nothing to repair"}
+    report: dict[str, Any] = {"ok": False, "backup": None, "steps": [], "integrity": None}
+    if target.path is not None and any(c["status"] == "fail" for c in checks):
+        report = _file_repair(target)
+        if not report["ok"]:
+            return report
+    if any(c["check"] == "open" for c in checks):
+        # Only a store that opens as one may be opened writable: that would create or
+        # migrate a schema, which is no repair (and perhaps not our file).
+        try:
+            async with open_store(target, read_only=True):
+                pass
+        except Exception as exc:
+            return {**report, "ok": False, "integrity": f"the store still cannot be opened: {exc}",
+                    "note": "it does not open as a store: nothing in it was changed" if not report["steps"] else None}
+    async with open_store(target, read_only=False) as db:
+        fixed = await db.repair_store()
+    # Opening a PostgreSQL store writable runs the schema's additive reconcile (missing indexes, columns).
+    restored = [f"restored by the schema reconcile: {problem}" for problem in before or []
+                if problem.startswith(("missing ", "table ")) and problem not in fixed["problems"]]
+    return {**report, "ok": fixed["ok"], "steps": [*report["steps"], *restored, *fixed["steps"]],
+            "integrity": fixed["integrity"]}
+
+
+def _print_repair(repair: dict[str, Any]) -> None:
+    if repair.get("refused"):  # the repair ledger: too many failed attempts on this very file
+        print(f"repair refused: {repair['error']}")
+        return
+    backup = f"backup at {repair['backup']}; " if repair.get("backup") else ""
+    if repair.get("note"):
+        print(f"repair: {backup}{repair['note']}" + ("" if repair["ok"] else f" ({repair['integrity']})"))
+        return
+    print(f"repair: {backup}{len(repair['steps'])} step(s); integrity now: {repair['integrity']}")
+    for step in repair["steps"]:
+        print(f"  - {step}")
 
 
 async def run_doctor(args: argparse.Namespace) -> int:
     checks: list[dict[str, str]]
+    problems: list[str] | None = None
     try:
         async with open_store(args.target, read_only=True) as db:
-            checks = await _run_checks(db, args.target)
+            checks, problems = await _run_checks(db, args.target)
     except CliError:
         raise
     except Exception as exc:  # a store that cannot even open is the doctor's main case
@@ -188,23 +268,13 @@ async def run_doctor(args: argparse.Namespace) -> int:
     failed = any(c["status"] == "fail" for c in checks)
     report: dict[str, Any] = {"ok": not failed, "checks": checks}
     if args.repair:
-        if failed:
-            report["repair"] = _repair(args.target)
-            report["ok"] = bool(report["repair"]["ok"])
-        else:
-            report["repair"] = {"ok": True, "backup": None, "steps": [], "integrity": "ok", "note": "nothing to repair"}
+        report["repair"] = await _repair(args.target, checks, problems)
+        report["ok"] = bool(report["repair"]["ok"])
     if args.json:
         print_json(report)
     else:
         for check in checks:
-            print(f"{check['status'].upper():>4}  {check['check']:<9} {check['detail']}")
-        repair = report.get("repair")
-        if repair is not None:
-            if repair.get("note"):
-                print(f"repair: {repair['note']}")
-            elif repair.get("refused"):
-                print(f"repair refused: {repair['error']}")
-            else:
-                print(f"repair: backup at {repair['backup']}; steps: {', '.join(repair['steps']) or 'none'}; "
-                      f"integrity now: {repair['integrity']}")
+            print(f"{check['status'].upper():>4}  {check['check']:<11} {check['detail']}")
+        if "repair" in report:
+            _print_repair(report["repair"])
     return OK if report["ok"] else FAILURE

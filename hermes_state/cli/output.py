@@ -6,11 +6,12 @@ import base64
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
-__all__ = ["print_json", "json_default", "when", "size", "progress"]
+__all__ = ["print_json", "json_default", "encode_json", "decode_json", "when", "size", "progress"]
 
 
 def json_default(value: Any) -> Any:
@@ -18,6 +19,20 @@ def json_default(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
     return str(value)
+
+
+def encode_json(value: Any) -> bytes:
+    """``value`` as compact JSON bytes (msgspec, imported on first use: start-up stays light)."""
+    import msgspec
+
+    return msgspec.json.encode(value)
+
+
+def decode_json(data: bytes) -> Any:
+    """The value of JSON ``data``; raises ``msgspec.DecodeError`` when it is not JSON."""
+    import msgspec
+
+    return msgspec.json.decode(data)
 
 
 def print_json(value: Any) -> None:
@@ -49,4 +64,6 @@ def size(n: int | None) -> str:
 
 def progress(total: int | None, desc: str, unit: str = "session") -> tqdm:
     """A progress bar on stderr when it is a terminal; a silent counter otherwise."""
+    from tqdm import tqdm  # here: only commands that count something load it
+
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)

@@ -6,17 +6,16 @@ prints goes through :func:`redact`.
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
-from ..config import default_db_path
-from ..store import SessionDB
+from ..paths import default_db_path
 from .errors import NOT_FOUND, CliError
 
-__all__ = ["Target", "parse_target", "redact", "open_store", "same_store", "InspectionSessionDB"]
+__all__ = ["Target", "parse_target", "redact", "open_store", "same_store"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg", "postgresql+psycopg")
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -29,8 +28,7 @@ def redact(text: str) -> str:
     return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***\3", text))
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """A store location: ``path`` for SQLite, ``url`` (asyncpg form) for PostgreSQL."""
 
     path: Path | None = None
@@ -73,12 +71,6 @@ def same_store(a: Target, b: Target) -> bool:
     return a.url is not None and a.url == b.url
 
 
-class InspectionSessionDB(SessionDB):
-    """A read-only SQLite store that reads an idle WAL file without creating -wal/-shm files."""
-
-    SNAPSHOT_READS = True
-
-
 def _check_sqlite_file(path: Path, read_only: bool) -> None:
     """Fail with one clear line before the store is built: directories, missing or foreign files."""
     if path.is_dir():
@@ -111,8 +103,18 @@ def open_store(target: Target, *, read_only: bool, snapshot: bool = True) -> Any
         except ImportError as exc:
             raise CliError(f"{target}: the PostgreSQL backend is not available in this installation ({exc})") from None
         return PostgresSessionDB(target.url, read_only=read_only)
+    from ..store import SessionDB  # here, not at the top: the command's start-up stays light
+
     assert target.path is not None
     _check_sqlite_file(target.path, read_only)
     if read_only:
-        return (InspectionSessionDB if snapshot else SessionDB)(target.path, read_only=True)
+        return (_inspection_store() if snapshot else SessionDB)(target.path, read_only=True)
     return SessionDB(target.path)
+
+
+@functools.cache
+def _inspection_store() -> type:
+    """A read-only SQLite ``SessionDB`` that reads an idle WAL file without creating -wal/-shm files."""
+    from ..store import SessionDB
+
+    return type("InspectionSessionDB", (SessionDB,), {"SNAPSHOT_READS": True, "__module__": __name__})

@@ -13,25 +13,20 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable
-
-import msgspec
+from typing import IO, Any, Callable, NamedTuple
 
 from ..private_files import replaced_atomically
 from ..tables import CARRIED_TABLES, STORE_TABLES
 from .argtypes import non_negative
 from .errors import FAILURE, MISMATCH, NOT_FOUND, OK, USAGE, CliError
 from .export_format import decode_row, encode_row, end_line, header_line, read_header
-from .output import print_json, progress
+from .output import decode_json as _decode, print_json, progress
 from .rows import PAGE, RowWriter, iter_messages, iter_pages, session_order
 from .target import open_store
 from .transport import Budget, SessionWriter, parents_first
 
 __all__ = ["add_parsers"]
-
-_decode = msgspec.json.Decoder().decode
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -133,7 +128,7 @@ async def run_export(args: argparse.Namespace) -> int:
             target = Path(args.output)
             if target.is_dir():
                 raise CliError(f"{target} is a directory")
-            with replaced_atomically(target, private=False, tag="partial") as out:
+            with replaced_atomically(target, tag="partial") as out:  # conversations: 0600 whatever the umask
                 report = await _export(db, args, out)
     summary = f"exported {report['sessions']} session(s), {report['messages']} message(s)"
     if args.output != "-":
@@ -151,7 +146,7 @@ async def run_export(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ import
 
 
-class _Entry(msgspec.Struct):
+class _Entry(NamedTuple):
     """What the validation pass keeps per session: where it is, and its parent for ordering."""
 
     label: str
@@ -173,6 +168,8 @@ def _check_session(value: Any, label: str) -> str | None:
 
 def _scan_lines(handle: IO[bytes]) -> tuple[dict[str, _Entry], list[str]]:
     """Validation pass over JSON Lines: every line parses and has the needed shape; keeps offsets only."""
+    import msgspec
+
     entries: dict[str, _Entry] = {}
     problems: list[str] = []
     offset = 0
@@ -199,6 +196,8 @@ def _scan_lines(handle: IO[bytes]) -> tuple[dict[str, _Entry], list[str]]:
 
 def _looks_like_lines(handle: IO[bytes]) -> bool:
     """JSON Lines unless the file is one JSON array, or one object spread over several lines."""
+    import msgspec
+
     head = handle.read(64 * 1024).lstrip()
     handle.seek(0)
     if head.startswith(b"["):
@@ -213,6 +212,8 @@ def _looks_like_lines(handle: IO[bytes]) -> bool:
 
 
 def _spool_stdin() -> IO[bytes]:
+    import tempfile
+
     spool = tempfile.TemporaryFile()
     shutil.copyfileobj(sys.stdin.buffer, spool)
     spool.seek(0)
@@ -361,6 +362,8 @@ async def _run_import_rows(args: argparse.Namespace, store: Any, handle: IO[byte
 
 
 async def run_import(args: argparse.Namespace) -> int:
+    import msgspec
+
     budget = Budget(sessions=args.batch_sessions, messages=args.batch_messages)
     store = open_store(args.target, read_only=False)  # checks --db before the input is read
     if args.input == "-":

@@ -18,16 +18,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-import msgspec
-
-from ..methods.maintenance import IMPORT_MAX_MESSAGES_PER_SESSION, IMPORT_MAX_SESSION_BYTES, IMPORT_MAX_SESSIONS
 from .errors import CliError
+from .output import encode_json as _encode
 
 __all__ = ["SessionWriter", "parents_first", "Budget"]
 
 # Room for the session's own fields inside the API's per-entry byte limit.
 ENTRY_HEADROOM = 256 * 1024
-_encode = msgspec.json.Encoder().encode
+
+
+def _import_limits() -> tuple[int, int, int]:
+    """The API's import limits: (sessions per call, messages per session, bytes per session)."""
+    from ..methods.maintenance import IMPORT_MAX_MESSAGES_PER_SESSION, IMPORT_MAX_SESSION_BYTES, IMPORT_MAX_SESSIONS
+
+    return IMPORT_MAX_SESSIONS, IMPORT_MAX_MESSAGES_PER_SESSION, IMPORT_MAX_SESSION_BYTES
 
 
 @dataclass(frozen=True)
@@ -39,10 +43,11 @@ class Budget:
     bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        if not 1 <= self.sessions <= IMPORT_MAX_SESSIONS:
-            raise CliError(f"batch sessions must be between 1 and {IMPORT_MAX_SESSIONS}")
-        if not 1 <= self.messages <= IMPORT_MAX_MESSAGES_PER_SESSION:
-            raise CliError(f"batch messages must be between 1 and {IMPORT_MAX_MESSAGES_PER_SESSION}")
+        max_sessions, max_messages, _ = _import_limits()
+        if not 1 <= self.sessions <= max_sessions:
+            raise CliError(f"batch sessions must be between 1 and {max_sessions}")
+        if not 1 <= self.messages <= max_messages:
+            raise CliError(f"batch messages must be between 1 and {max_messages}")
 
 
 def parents_first(rows: list[tuple[str, str | None]]) -> list[str]:
@@ -100,9 +105,13 @@ class SessionWriter:
         self._messages = 0
         self._bytes = 0
 
+    def _entry_room(self) -> int:
+        """Bytes one session entry of an ``import_sessions`` call may take."""
+        return min(self.budget.bytes, _import_limits()[2] - ENTRY_HEADROOM)
+
     def _fits_alone(self, session: dict[str, Any], size: int) -> bool:
         count = len(session.get("messages") or [])
-        return count <= self.budget.messages and size <= min(self.budget.bytes, IMPORT_MAX_SESSION_BYTES - ENTRY_HEADROOM)
+        return count <= self.budget.messages and size <= self._entry_room()
 
     async def add(self, session: dict[str, Any], label: str = "") -> None:
         """Queue one session (``label`` names it in errors, e.g. a line number); writes when a batch is full."""
@@ -170,7 +179,7 @@ class SessionWriter:
 
     def _head_length(self, session: dict[str, Any], messages: list[dict[str, Any]]) -> int:
         """How many of ``messages`` fit into the session's own import entry."""
-        room = min(self.budget.bytes, IMPORT_MAX_SESSION_BYTES - ENTRY_HEADROOM) - _entry_size({**session, "messages": []})
+        room = self._entry_room() - _entry_size({**session, "messages": []})
         count = 0
         while count < len(messages) and count < self.budget.messages:
             room -= len(_encode(messages[count])) + 1

@@ -3,7 +3,9 @@
 ``HermesChatMessageHistory`` is a ``BaseChatMessageHistory``: the async
 methods (``aget_messages``, ``aadd_messages``, ``aclear``) go straight to the
 store; the sync ones (``messages``, ``add_messages``, ``clear``) run the same
-coroutines on the store's event loop from another thread. Each message is one
+coroutines on the store's event loop in another thread, which plain
+synchronous code does not need to provide (the store then gets a background
+loop of its own until it is closed). Each message is one
 row: readable text in ``content``, OpenAI-shaped ``tool_calls`` and
 ``tool_call_id``, and the whole message (ids, metadata, tool calls) under
 ``display_metadata`` so it reads back equal.
@@ -16,8 +18,9 @@ import json
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..errors import StoreClosedError
 from ._binding import SessionBinding, exact_payload, parts_text
-from .loop_thread import run_on_loop
+from .loop_thread import run_on_loop, store_loop
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -48,11 +51,18 @@ T = TypeVar("T")
 class HermesChatMessageHistory(BaseChatMessageHistory):
     """A LangChain chat history kept in a hermes-state ``SessionDB`` session.
 
-    The store is borrowed and never closed here. The synchronous methods need
-    the store's event loop running in another thread: the loop the store is
-    already bound to, or ``loop`` before its first use (e.g.
-    :class:`~hermes_state.integrations.loop_thread.LoopThread`). Called on
-    that loop's own thread they raise ``RuntimeError``; await the async ones.
+    The store is borrowed and never closed here. The synchronous methods run
+    the coroutines on the store's event loop in another thread: the loop the
+    store is bound to, else ``loop`` if given (e.g. a
+    :class:`~hermes_state.integrations.loop_thread.LoopThread`), else, from
+    plain synchronous code, a background loop thread of the store's own
+    (:func:`~hermes_state.integrations.loop_thread.store_loop`), which stops
+    when the store is closed
+    (:func:`~hermes_state.integrations.loop_thread.close_store` closes it
+    from synchronous code; an open store is closed at the interpreter's
+    exit). Called on the store's own loop thread, or inside a running loop
+    before the store has one, they raise ``RuntimeError`` instead of
+    blocking it: await the async methods there.
     """
 
     def __init__(
@@ -92,12 +102,12 @@ class HermesChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The session's messages, oldest first (blocks until read)."""
-        return self._run(self.aget_messages())
+        return self._run(self.aget_messages(), "messages", "aget_messages")
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append ``messages`` in one transaction; returns after the commit."""
         rows = _rows_for(messages)  # bad input fails here, in the caller's thread
-        self._run(self._binding.append(rows))
+        self._run(self._binding.append(rows), "add_messages", "aadd_messages")
 
     def add_message(self, message: BaseMessage) -> None:
         """Append one message; returns after the commit."""
@@ -105,16 +115,26 @@ class HermesChatMessageHistory(BaseChatMessageHistory):
 
     def clear(self) -> None:
         """Delete every message of the session; returns after the commit."""
-        self._run(self.aclear())
+        self._run(self.aclear(), "clear", "aclear")
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._binding.db.loop or self._loop
-        if loop is None:
+    def _run(self, coro: Coroutine[Any, Any, T], name: str, async_name: str) -> T:
+        db = self._binding.db
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        loop = db.loop or self._loop
+        if db.closed or (running is not None and (loop is None or loop is running)):
             coro.close()
+            if db.closed:
+                raise StoreClosedError()
+            where = "the event loop the store runs on" if loop is running else "a running event loop"
             raise RuntimeError(
-                "HermesChatMessageHistory's sync methods need the store's event loop: pass loop= "
-                "(a loop running in another thread, e.g. LoopThread().loop) or use the async methods"
+                f"HermesChatMessageHistory.{name} is synchronous and was called on {where}, which it would "
+                f"block (a deadlock); use `await history.{async_name}(...)` there"
             )
+        if loop is None:  # plain synchronous code: the store gets a background loop of its own
+            loop = store_loop(db)
         return run_on_loop(loop, coro)
 
 

@@ -1,10 +1,11 @@
-"""Health checks a doctor or a monitoring probe runs: file integrity and compression leases."""
+"""Health checks a doctor or a monitoring probe runs (integrity, leases) and the in-place repair."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from ..commands.health import RepairStore
 from ..facade import StoreBase
 
 __all__ = ["HealthMethods"]
@@ -32,6 +33,40 @@ class HealthMethods(StoreBase):
         now = time.time()
         rows = await self._query("compression_leases")
         return [{**row, "live": row["expires_at"] is not None and row["expires_at"] > now} for row in rows]
+
+    async def leases(self) -> list[dict[str, Any]]:
+        """Return every lease the store holds, of every kind, oldest acquisition first.
+
+        Each dict has ``kind`` (``"compression"`` for the compression locks),
+        ``key`` (what the lease is on, e.g. the session id), ``holder``,
+        ``acquired_at``, ``expires_at`` (epoch seconds) and ``live`` (not yet
+        expired). Expired rows guard nothing: the next acquirer replaces them,
+        and :meth:`repair_store` removes them.
+        """
+        now = time.time()
+        rows = await self._query("leases")
+        return [{**row, "live": row["expires_at"] is not None and row["expires_at"] > now} for row in rows]
+
+    async def repair_store(self) -> dict[str, Any]:
+        """Fix in place what is safe to fix while the store is in use; returns a report.
+
+        Indexes a failed or interrupted build left invalid are rebuilt
+        (PostgreSQL's ``REINDEX``, which holds writes to that table until it
+        is done), a ``message_count`` that disagrees with the stored rows (see
+        :meth:`integrity_problems` on PostgreSQL) is set back to them, and
+        expired leases are removed, all in one transaction. Rows are never
+        deleted or invented: orphans and missing schema objects stay for a
+        person. A damaged SQLite file needs ``repair_state_db_schema`` instead.
+
+        Returns ``{"ok", "steps", "problems", "integrity"}``: ``steps`` one
+        line per change (empty when there was nothing to do), ``problems``
+        what :meth:`integrity_problems` still finds, ``integrity`` those
+        joined (or ``"ok"``), ``ok`` whether none remain. Raises on a
+        read-only store.
+        """
+        steps = list(await self._write(RepairStore(now=time.time())))
+        problems = await self.integrity_problems()
+        return {"ok": not problems, "steps": steps, "problems": problems, "integrity": "; ".join(problems) or "ok"}
 
     async def writer_stats(self) -> dict[str, Any]:
         """Return this store's write-path counters (no I/O; works before open and after close).

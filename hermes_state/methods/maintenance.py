@@ -62,6 +62,7 @@ from ..encoding import encode_message_dicts, prompt_hash, scrub_surrogates
 from ..errors import SessionExportTooLargeError, StoreClosedError
 from ..facade import StoreBase, opt_text, require_id, rows_size
 from ..limits import INT64_MAX, INT64_MIN, finite_arg, json_text
+from ..private_files import private_writer
 from .listing import finite_number, flag_arg, int_arg
 
 __all__ = [
@@ -603,7 +604,7 @@ class MaintenanceMethods(StoreBase):
         source = opt_text(source, "source")
         temp = target.with_name(f".{target.name}.{os.getpid()}.partial")
         encode = msgspec.json.Encoder().encode
-        out = await asyncio.to_thread(open, temp, "wb")
+        out = await asyncio.to_thread(private_writer, temp)  # conversations: 0600 whatever the umask
         written = 0
         try:
             async for session in self._export_pages(source):

@@ -19,6 +19,7 @@ from ..backend import Outcome, Report
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError, locked_error
+from ..private_files import create_private_file, make_private_dirs
 from .damage import damaged_tables, is_malformed_error, names_an_index
 from .driver import (
     driver_module,
@@ -49,12 +50,12 @@ OPEN_PATIENCE = 20.0
 
 
 def _preflight(path: Path) -> None:
-    """Create the parent directory and fail early, and clearly, on unwritable paths."""
+    """Create the parent directory (0700, see ``private_files``) and fail early, and clearly, on unwritable paths."""
     parent = path.parent
     if path.is_dir():
         raise sqlite3.OperationalError(f"unable to open database file: {path} is a directory")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(parent)
     except OSError as exc:
         # The same wording as a read-only directory below, not a raw PermissionError.
         raise sqlite3.OperationalError(
@@ -401,6 +402,8 @@ class SQLiteBackend:
         try:
             if not self.read_only:
                 _preflight(self.path)
+                # Created 0600 here, not by SQLite under the umask; its -wal/-shm files take the same mode.
+                create_private_file(self.path)
                 self._writer_conn = await open_connection(str(self.path), timeout=WRITER_BUSY_TIMEOUT_MS / 1000)
                 self._facts = await run_on(self._writer_conn, _setup_writer, self.config, self.path.name, self.home)
             elif self.path.is_dir():

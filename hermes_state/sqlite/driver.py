@@ -96,8 +96,25 @@ async def open_connection(database: str, *, uri: bool = False, timeout: float = 
     conn._thread.daemon = True
     try:
         return await conn
+    except asyncio.CancelledError:
+        await _stop_after_connect(conn)
+        raise
     except Exception as exc:
         raise to_stdlib_error(exc) from None
+
+
+async def _stop_after_connect(conn: aiosqlite.Connection) -> None:
+    """After a cancelled open: wait, with this loop still running, for the connection's thread to end.
+
+    The connect goes on in that thread whatever the caller does (aiosqlite
+    queues the thread's stop behind it). A thread that finished after the loop
+    closed would fail to report back to it: a traceback on stderr.
+    """
+    while conn._thread.is_alive():
+        try:
+            await asyncio.sleep(0.002)
+        except asyncio.CancelledError:  # cancelled again: the wait is one connect long, finish it
+            continue
 
 
 async def run_on(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:

@@ -24,6 +24,8 @@ from .repair_files import (
     set_aside,
 )
 
+from ..private_files import create_private_file, move_private
+
 __all__ = [
     "is_zeroed_state_db",
     "quarantine_zeroed_state_db",
@@ -62,7 +64,7 @@ def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
     path = Path(path)
     if not is_zeroed_state_db(path):
         return None
-    target = set_aside(path, f"zeroed-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", ".bak", os.replace)
+    target = set_aside(path, f"zeroed-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", ".bak", move_private)
     notice = f"{path} was zeroed (all NUL bytes); moved aside to {target} and a fresh database was created"
     log.warning(notice)
     record_init_error(notice)
@@ -172,6 +174,7 @@ def _repair(path: Path, backup: bool) -> dict[str, Any]:
             nonlocal conn
             fresh = path.with_name(f"{path.name}.salvage-{stamp}")
             fresh.unlink(missing_ok=True)
+            create_private_file(fresh)  # it becomes the database: 0600 like a new one
             try:
                 result.update(salvage_rows(conn, fresh))
             except BaseException:
@@ -179,7 +182,7 @@ def _repair(path: Path, backup: bool) -> dict[str, Any]:
                 raise
             conn.close()
             if result["backup"] is None:
-                result["backup"] = str(set_aside(path, f"malformed-{stamp}", "", os.replace))
+                result["backup"] = str(set_aside(path, f"malformed-{stamp}", "", move_private))
             # Sidecars of the damaged file must not be replayed into the fresh one.
             for suffix in ("-wal", "-shm", "-journal"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)

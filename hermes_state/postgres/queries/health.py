@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...repairs import LEASE_TABLES
 from ..schema import _UNIQUE_INDEXES, FOREIGN_KEYS, FUNCTIONS, INDEXES, SCHEMA_VERSION, SEARCH_INDEX, TABLES
 from ..search_schema import search_catalog, search_problems
 from .page_check import amcheck_schema, page_problems
 from .registry import query
 
-__all__ = ["MAX_INTEGRITY_PROBLEMS", "search_index_facts"]
+__all__ = ["DRIFT_SQL", "INDEX_STATE_SQL", "MAX_INTEGRITY_PROBLEMS", "search_index_facts"]
 
 # As on SQLite: a badly damaged store could report thousands of rows.
 MAX_INTEGRITY_PROBLEMS = 20
@@ -34,7 +35,7 @@ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname = A
 
 # Indexes of the store's tables, with their state (catalog joins only: pg_indexes calls
 # pg_get_indexdef, which fails on indexes of other schemas being dropped meanwhile).
-_INDEXES_SQL = """
+INDEX_STATE_SQL = """
 SELECT c.relname AS name, t.relname AS table_name, am.amname AS method, i.indisvalid AND i.indisready AS valid,
        EXISTS (SELECT 1 FROM pg_opclass AS oc WHERE oc.oid = ANY(i.indclass::oid[]) AND oc.opcname = 'gin_trgm_ops')
            AS trigram
@@ -71,19 +72,19 @@ ORDER BY t.relname
 # message_count counts the rows written since the transcript was last replaced
 # or compacted, so it never exceeds the rows the session holds, and equals them
 # while every row is active and uncompacted (rewind, compaction and archiving
-# replace are what make the two differ legitimately).
-_COUNTERS_SQL = f"""
+# replace are what make the two differ legitimately). Rows: (id, counted, stored).
+DRIFT_SQL = """
 WITH stored AS (
     SELECT session_id, COUNT(*) AS n,
            bool_and(COALESCE(active, 0) = 1 AND COALESCE(compacted, 0) = 0) AS plain
     FROM messages GROUP BY session_id
 )
-SELECT s.id, COALESCE(s.message_count, 0) AS counted, COALESCE(st.n, 0) AS stored, COUNT(*) OVER () AS total
+SELECT s.id, COALESCE(s.message_count, 0) AS counted, COALESCE(st.n, 0) AS stored
 FROM sessions AS s LEFT JOIN stored AS st ON st.session_id = s.id
 WHERE COALESCE(s.message_count, 0) > COALESCE(st.n, 0)
    OR (COALESCE(st.plain, TRUE) AND COALESCE(s.message_count, 0) <> COALESCE(st.n, 0))
-ORDER BY s.id LIMIT {_EXAMPLES}
 """
+_COUNTERS_SQL = f"SELECT *, COUNT(*) OVER () AS total FROM ({DRIFT_SQL}) AS drift ORDER BY id LIMIT {_EXAMPLES}"
 
 # (what, grouped, SQL returning (example id, rows, total ids)) for rows whose parent is gone;
 # grouped checks count rows per missing session.
@@ -142,7 +143,7 @@ async def _schema_problems(conn: Any) -> tuple[list[str], bool]:
         versions = sorted(int(r[0]) for r in await conn.fetch("SELECT version FROM schema_version"))
         if versions != [SCHEMA_VERSION]:
             problems.append(f"schema_version holds {versions or 'no row'} (this release writes [{SCHEMA_VERSION}])")
-    indexes = await conn.fetch(_INDEXES_SQL, list(TABLES))
+    indexes = await conn.fetch(INDEX_STATE_SQL, list(TABLES))
     present = {r["name"] for r in indexes}
     missing_indexes = [name for name in (*INDEXES, *_UNIQUE_INDEXES) if name not in present]
     if missing_indexes:
@@ -226,6 +227,16 @@ async def compression_leases(conn: Any) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
+@query
+async def leases(conn: Any) -> list[dict[str, Any]]:
+    """Every row of every lease table (``repairs.LEASE_TABLES``) with its ``kind``, oldest acquisition first."""
+    rows: list[dict[str, Any]] = []
+    for lease in LEASE_TABLES:
+        found = await conn.fetch(f"SELECT {lease.key} AS key, holder, acquired_at, expires_at FROM {lease.table}")
+        rows.extend({"kind": lease.kind, **dict(r)} for r in found)
+    return sorted(rows, key=lambda row: (row["acquired_at"], row["kind"], row["key"]))
+
+
 async def search_index_facts(conn: Any) -> dict[str, Any]:
     """``fts``: ``tsvector`` (the GIN search index is valid), ``invalid`` or ``none``;
     ``trigram``: ``indexed`` (a ``gin_trgm_ops`` index serves substring search),
@@ -234,7 +245,7 @@ async def search_index_facts(conn: Any) -> dict[str, Any]:
     integrity check then verifies pages too, where the role may run it)."""
     search = None
     trigram_index = False
-    for r in await conn.fetch(_INDEXES_SQL, ["messages"]):
+    for r in await conn.fetch(INDEX_STATE_SQL, ["messages"]):
         if r["name"] == SEARCH_INDEX:
             search = bool(r["valid"]) and r["method"] == "gin"
         trigram_index = trigram_index or (bool(r["trigram"]) and bool(r["valid"]))

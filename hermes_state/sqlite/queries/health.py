@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...repairs import LEASE_TABLES
 from .core import fetch_dicts
 from .registry import query
 
@@ -26,3 +27,13 @@ def compression_leases(conn: Any) -> list[dict[str, Any]]:
         conn,
         "SELECT session_id, holder, acquired_at, expires_at FROM compression_locks ORDER BY acquired_at, session_id",
     )
+
+
+@query
+def leases(conn: Any) -> list[dict[str, Any]]:
+    """Every row of every lease table (``repairs.LEASE_TABLES``) with its ``kind``, oldest acquisition first."""
+    rows: list[dict[str, Any]] = []
+    for lease in LEASE_TABLES:
+        found = fetch_dicts(conn, f"SELECT {lease.key} AS key, holder, acquired_at, expires_at FROM {lease.table}")
+        rows.extend({"kind": lease.kind, **row} for row in found)
+    return sorted(rows, key=lambda row: (row["acquired_at"], row["kind"], row["key"]))
