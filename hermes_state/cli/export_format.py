@@ -13,9 +13,9 @@ import math
 import time
 from typing import Any
 
-import msgspec
 
 from .errors import CliError
+from .output import decode_json, encode_json
 
 __all__ = [
     "FORMAT",
@@ -30,8 +30,10 @@ __all__ = [
 FORMAT = "hermes-state-export"
 FORMAT_VERSION = 2
 
-_encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder().decode
+# msgspec is imported when a line is first encoded or decoded (``output``), not at start-up;
+# its DecodeError is a ValueError.
+_encode = encode_json
+_decode = decode_json
 
 
 def _tagged(value: Any) -> Any:
@@ -81,7 +83,7 @@ def read_header(line: bytes) -> dict[str, Any] | None:
     """
     try:
         value = _decode(line)
-    except msgspec.DecodeError:
+    except ValueError:
         return None
     if not isinstance(value, dict) or value.get("format") != FORMAT:
         return None
@@ -100,7 +102,7 @@ def decode_row(line: bytes, label: str) -> tuple[str, dict[str, Any]] | dict[str
     """``(table, row)`` of a row line, or the ``end`` object of the end line; ``ValueError`` naming ``label``."""
     try:
         value = _decode(line)
-    except msgspec.DecodeError as exc:
+    except ValueError as exc:
         raise ValueError(f"{label}: not valid JSON ({exc})") from None
     if isinstance(value, dict) and set(value) == {"end"} and isinstance(value["end"], dict):
         return value["end"]

@@ -16,7 +16,6 @@ messages are not touched.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -262,6 +261,8 @@ class RowWriter:
         if not pending:
             return
         # Queued together, the calls share one transaction (the store's writer batches them).
+        import asyncio  # here: the command's start-up stays light
+
         counts = await asyncio.gather(*(self.db.restore_messages(sid, rows, start=start) for sid, start, rows in pending))
         self.report.count(self.report.inserted, "messages", sum(counts))
 
