@@ -1,0 +1,260 @@
+"""Opening PostgreSQL databases of other layouts: migrated in place, atomically, or refused untouched.
+
+Each source layout is built in the test's own schema with raw DDL
+(``tests/upstream_pg.py`` for async-hermes-agent's, degraded copies of ours
+for earlier hermes-state releases), filled the way its writer filled it,
+then opened with the store. Reads must give back what the old reader gave,
+writes must work, a second open must run no DDL, a failure must leave
+nothing behind, and a shape the store does not know must be refused with
+nothing changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_state.postgres import SessionDB
+from hermes_state.postgres.layout import LAYOUT, LAYOUT_KEY, ORIGIN_KEY, UPSTREAM_KEY
+from hermes_state.postgres.schema import SCHEMA_VERSION, TABLES
+
+from .postgres_support import schema_connect
+from .upstream_pg import LAYOUTS, UpstreamWriter, build_layout, upstream_message, upstream_session
+
+pytestmark = pytest.mark.backends("postgres")
+
+# A snapshot of the schema's catalog rows and data: equal before and after means nothing changed.
+_SNAPSHOT_SQL = (
+    "SELECT c.relname, c.relkind::text, c.xmin::text, c.relfilenode::text FROM pg_class AS c "
+    "WHERE c.relnamespace = current_schema()::regnamespace ORDER BY 1",
+    "SELECT a.attrelid::regclass::text, a.attname, a.xmin::text FROM pg_attribute AS a "
+    "JOIN pg_class AS c ON c.oid = a.attrelid WHERE c.relnamespace = current_schema()::regnamespace "
+    "AND a.attnum > 0 ORDER BY 1, 2",
+    "SELECT conname, xmin::text FROM pg_constraint WHERE connamespace = current_schema()::regnamespace ORDER BY 1",
+    "SELECT proname, xmin::text FROM pg_proc WHERE pronamespace = current_schema()::regnamespace ORDER BY 1",
+    "SELECT t.tgname, t.xmin::text FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid "
+    "WHERE c.relnamespace = current_schema()::regnamespace ORDER BY 1",
+)
+
+
+async def catalog_snapshot(conn: Any) -> list[Any]:
+    """Catalog rows (with their xmin: any DDL rewrites one) of the schema."""
+    return [[tuple(r) for r in await conn.fetch(sql)] for sql in _SNAPSHOT_SQL]
+
+
+async def data_snapshot(conn: Any) -> dict[str, list[str]]:
+    """Every row of every table of the schema, as text."""
+    tables = [r[0] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+    return {t: sorted(r[0] for r in await conn.fetch(f'SELECT t::text FROM "{t}" AS t')) for t in sorted(tables)}
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality that takes NaN as equal to NaN (upstream could store it in structured content)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b if isinstance(a, (bool, int, float)) else a == b
+
+
+# ------------------------------------------------------------------ async-hermes-agent layouts
+
+STRUCTURED = [
+    {"nested": ["value", 1], "z": {"b": 2, "a": 1}},  # key order kept
+    [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:x"}}],
+    42, 2.5, True, 2**70, float("nan"),
+]
+
+
+async def populate(conn: Any, layout: str) -> UpstreamWriter:
+    """Rows of every kind upstream wrote: prompts, titles, structured content, compaction, lineage, usage, leases."""
+    w = UpstreamWriter(conn)
+    await w.create_session("s-main", "cli", model="gpt-x", cwd="/work/repo", system_prompt="be brief",
+                           model_config={"temperature": 0, "nested": {"keep": True}}, user_id="u1")
+    await w.append("s-main", "user", "hello there [not json")
+    await w.append("s-main", "user", '{"a": 1} is text, not structure')
+    await w.append("s-main", "assistant", {"answer": "structured"}, tool_calls=[{"id": "call-1", "type": "function"}],
+                   reasoning="thinking", reasoning_details=[{"type": "summary", "text": "r"}], token_count=17,
+                   finish_reason="tool_calls")
+    await w.append("s-main", "tool", "file contents", tool_name="shell", tool_call_id="call-1")
+    await w.append("s-main", "assistant", None, tool_calls=[{"id": "call-2"}], platform_message_id="p-9",
+                   display_metadata={"kind": "card"})
+    for value in STRUCTURED:
+        await w.append("s-main", "user", value)
+    await w.update("s-main", title="Main work", title_source="user")
+    # A direct column UPDATE upstream's reader never saw: it read the model from the snapshot.
+    await conn.execute("UPDATE sessions SET model = 'drifted' WHERE id = 's-main'")
+    await w.usage("s-main", model="gpt-x", task="", input_tokens=10, estimated_cost_usd=0.5)
+    await w.usage("s-main", model="gpt-x", task="", input_tokens=5, estimated_cost_usd=0.25)
+    await w.usage("s-main", model=None, task="title", input_tokens=3, estimated_cost_usd=0.0, provider="openai")
+
+    # In-place compaction: old rows archived (active 0, compacted 1), a summary appended.
+    await w.create_session("s-compact", "telegram", model="gpt-y")
+    for i in range(4):
+        await w.append("s-compact", "user", f"old turn {i}")
+    await w.compact("s-compact", [{"role": "user", "content": "SUMMARY of four turns"}])
+    await w.append("s-compact", "assistant", "after compaction")
+
+    # A compression lineage: the root ended by compression, its continuation.
+    await w.create_session("s-root", "cli", session_key="k1")
+    await w.append("s-root", "user", "root turn")
+    await w.update("s-root", ended_at=w.tick(), end_reason="compression")
+    await w.create_session("s-tip", "cli", parent_session_id="s-root", session_key="k1")
+    await w.append("s-tip", "user", "tip turn")
+
+    if layout == "anchor":  # titles were only an application check there
+        await w.create_session("s-dup-old", "cli")
+        await w.update("s-dup-old", title="Shared", title_source="user")
+        await w.create_session("s-dup-new", "cli")
+        await w.update("s-dup-new", title="Shared", title_source="llm")
+    if any("async_delegations" in s for s in LAYOUTS[layout][1]):
+        await conn.execute(
+            "INSERT INTO async_delegations (delegation_id, origin_session, state, dispatched_at, updated_at, "
+            "owner_instance_id, lease_expires_at) VALUES ('d1', 's-main', 'running', 1, 2, '7:abc', 3)"
+        )
+    if any("session_turn_leases" in s for s in LAYOUTS[layout][1]):
+        await w.lease("s-main", "pid=1:worker=a", ttl=600)
+        await w.lease("s-compact", "pid=2:worker=b", ttl=-5)  # expired
+    return w
+
+
+async def upstream_reads(conn: Any, layout: str) -> tuple[dict[str, Any], dict[int, Any]]:
+    """What upstream's readers returned for every session and message of the schema."""
+    anchor = layout == "anchor"
+    sessions = {r["id"]: upstream_session(dict(r), anchor=anchor) for r in await conn.fetch("SELECT * FROM sessions")}
+    messages = {r["id"]: upstream_message(dict(r)) for r in await conn.fetch("SELECT * FROM messages")}
+    return sessions, messages
+
+
+_MESSAGE_KEYS = (
+    "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count",
+    "finish_reason", "reasoning", "platform_message_id", "observed", "active", "compacted", "display_metadata",
+)
+
+
+async def assert_reads_back(db: SessionDB, sessions: dict[str, Any], messages: dict[int, Any]) -> None:
+    for sid, expected in sessions.items():
+        ours = await db.get_session(sid)
+        assert ours is not None, sid
+        assert "payload" not in ours and "last_active" not in ours
+        shared = (set(ours) & set(expected)) - {"conversation_id", "hidden"}
+        assert len(shared) >= 50, sorted(shared)
+        diff = {k: (ours[k], expected[k]) for k in shared if not same(ours[k], expected[k])}
+        assert diff == {}, sid
+        rows = await db.get_messages(sid, include_inactive=True)
+        assert [m["id"] for m in rows] == sorted(i for i, m in messages.items() if m["session_id"] == sid)
+        for row in rows:
+            want = messages[row["id"]]
+            diff = {k: (row[k], want.get(k)) for k in _MESSAGE_KEYS if not same(row[k], want.get(k))}
+            assert diff == {}, row["id"]
+            if want.get("reasoning_details") is not None:
+                assert json.loads(row["reasoning_details"]) == want["reasoning_details"]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+async def test_upstream_layout_migrates_in_place(pg_dsn: str, layout: str) -> None:
+    conn = await schema_connect(pg_dsn)
+    try:
+        await build_layout(conn, layout)
+        await populate(conn, layout)
+        sessions, messages = await upstream_reads(conn, layout)
+        if layout == "anchor":  # the newest of two sessions sharing a title keeps it (upstream's repair rule)
+            sessions["s-dup-old"].update(title=None, title_source=None)
+        assert sessions["s-main"]["model"] == "gpt-x" and isinstance(messages[3]["content"], dict)
+
+        async with SessionDB(pg_dsn) as db:
+            facts = db._backend._facts  # type: ignore[attr-defined]
+            assert facts["reconciled"] is True and facts["migrated_from"].startswith("async-hermes-agent")
+            await assert_reads_back(db, sessions, messages)
+            assert (await db.get_messages_as_conversation("s-main"))[2]["content"] == {"answer": "structured"}
+            assert await db.get_session_title("s-main") == "Main work"
+            assert (await db.resolve_session_by_title("Main work")) == "s-main"
+            hits = await db.search_messages("structured")
+            assert {h["session_id"] for h in hits} == {"s-main"}
+            assert [h["session_id"] for h in await db.search_messages("SUMMARY")] == ["s-compact"]
+            assert (await db.get_session("s-tip") or {})["conversation_id"] == "s-root"
+            await writes_work(db, conn)
+
+        meta = dict(await conn.fetch("SELECT key, value FROM state_meta"))
+        assert meta[LAYOUT_KEY] == str(LAYOUT) and UPSTREAM_KEY not in meta
+        assert meta[ORIGIN_KEY].startswith("async-hermes-agent")
+        assert [r[0] for r in await conn.fetch("SELECT version FROM schema_version")] == [SCHEMA_VERSION]
+        types = dict(await conn.fetch(
+            "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema()"))
+        assert types["sessions.id"] == types["messages.role"] == types["session_model_usage.task"] == "text"
+        assert types["messages.token_count"] == "bigint"
+        assert not {"sessions.payload", "messages.payload", "sessions.last_active", "session_model_usage.id"} & set(types)
+        if "async_delegations" in {k.split(".")[0] for k in types}:  # upstream's tool table: left alone
+            assert types["async_delegations.owner_instance_id"] == "text"
+            assert await conn.fetchval("SELECT owner_instance_id FROM async_delegations") == "7:abc"
+        if any("session_turn_leases" in s for s in LAYOUTS[layout][1]):
+            leases = await conn.fetch("SELECT conversation_id, holder, token FROM session_turn_leases")
+            assert [(r[0], r[1]) for r in leases] == [("s-main", "pid=1:worker=a")]  # the expired one is gone
+            assert leases[0]["token"] > 0
+        await assert_opens_without_ddl(pg_dsn)
+    finally:
+        await conn.close()
+
+
+async def writes_work(db: SessionDB, conn: Any) -> None:
+    """Appends, compaction, usage upserts and title uniqueness on the migrated rows."""
+    new_id = await db.append_message("s-main", "user", {"fresh": [1, 2]})
+    assert (await db.get_messages("s-main"))[-1]["content"] == {"fresh": [1, 2]}
+    assert (await db.get_messages("s-main"))[-1]["id"] == new_id
+    before = (await db.get_session("s-main") or {})["message_count"]
+    await db.append_messages_batch("s-main", [{"role": "assistant", "content": "batch reply"}])
+    assert (await db.get_session("s-main") or {})["message_count"] == before + 1
+    await db.archive_and_compact("s-compact", [{"role": "user", "content": "second summary"}])
+    assert [m["content"] for m in await db.get_messages("s-compact")] == ["second summary"]
+    await db.update_token_counts("s-main", input_tokens=7, model="gpt-x", estimated_cost_usd=0.25)
+    usage = {
+        (r["model"], r["billing_provider"], r["task"]): (r["api_call_count"], r["input_tokens"], r["estimated_cost_usd"])
+        for r in await conn.fetch("SELECT * FROM session_model_usage WHERE session_id = 's-main'")
+    }
+    # The upstream row of (gpt-x, '', '') took the new usage in (an upsert on the composite key).
+    assert usage[("gpt-x", "", "")] == (2, 22, 1.0) and usage[("unknown", "openai", "title")] == (1, 3, 0.0)
+    await db.record_auxiliary_usage("s-main", "title", model="unknown", billing_provider="openai", input_tokens=1)
+    assert await conn.fetchval(
+        "SELECT api_call_count FROM session_model_usage WHERE session_id = 's-main' AND task = 'title'") == 2
+    with pytest.raises(ValueError, match="already in use"):
+        await db.set_session_title("s-compact", "Main work")
+    assert await db.set_session_title("s-compact", "Compacted")
+    await db.create_session("s-new", "cli", model="m", system_prompt="be brief")
+    assert (await db.get_session("s-new") or {})["system_prompt"] == "be brief"
+    await db.delete_session("s-compact")
+    assert await conn.fetchval("SELECT count(*) FROM messages WHERE session_id = 's-compact'") == 0
+
+
+async def assert_opens_without_ddl(pg_dsn: str) -> None:
+    """A store opens while another transaction holds what live writers hold, and changes no catalog row.
+
+    DDL (ALTER, CREATE INDEX, CREATE TRIGGER) would queue behind that lock and time the open out;
+    a replaced function would change its pg_proc row.
+    """
+    conn = await schema_connect(pg_dsn)
+    try:
+        before = await catalog_snapshot(conn)
+        present = [t for t in TABLES if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", t)]
+        async with conn.transaction():
+            await conn.execute(f"LOCK TABLE {', '.join(present)} IN ROW EXCLUSIVE MODE")
+            db = SessionDB(pg_dsn)
+            try:
+                await asyncio.wait_for(db.get_session("s-main"), timeout=20)
+                assert db._backend._facts["reconciled"] is False  # type: ignore[attr-defined]
+            finally:
+                await db.close()
+        assert await catalog_snapshot(conn) == before
+    finally:
+        await conn.close()
