@@ -258,3 +258,110 @@ async def assert_opens_without_ddl(pg_dsn: str) -> None:
         assert await catalog_snapshot(conn) == before
     finally:
         await conn.close()
+
+
+# ------------------------------------------------------------------ earlier hermes-state layouts
+
+_SEARCH_EXPRESSION = (
+    "to_tsvector('simple', coalesce(content, '') || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''))"
+)
+# What each earlier release lacked, newest first; a layout is the current one minus every step up to it.
+_BEFORE_LEASES = (  # 3276cee: before hidden sessions, conversation ids and turn leases (0dbf84b)
+    "DROP TRIGGER sessions_conversation_on_insert ON sessions",
+    "DROP TRIGGER sessions_conversation_on_update ON sessions",
+    "DROP FUNCTION hermes_conversation_on_insert()",
+    "DROP FUNCTION hermes_conversation_on_update()",
+    "ALTER TABLE sessions DROP COLUMN hidden, DROP COLUMN conversation_id",
+    "DROP TABLE session_turn_leases",
+    "DROP SEQUENCE session_turn_lease_tokens",
+    "DELETE FROM state_meta WHERE key LIKE 'hermes_state_postgres_%'",
+)
+_BEFORE_HOLDER_HOST = ("ALTER TABLE compression_locks DROP COLUMN holder_host",)  # 52fe0f8
+_BEFORE_SEARCH_COLUMN = (  # 0e32a37: the GIN index on the expression, no stored column
+    "DROP INDEX messages_hermes_search_idx",
+    "DROP INDEX IF EXISTS messages_hermes_trgm_idx",
+    "DROP INDEX messages_hermes_time_idx",
+    "DROP INDEX messages_hermes_cjk_idx",
+    "ALTER TABLE messages DROP COLUMN search_vector",
+    f"CREATE INDEX messages_hermes_search_idx ON messages USING GIN (({_SEARCH_EXPRESSION}))",
+)
+_INTEGER_COUNTERS = (  # c4f1998 and ac13e71 declared these INTEGER
+    "ALTER TABLE sessions ALTER compression_fallback_streak TYPE integer, "
+    "ALTER compression_ineffective_count TYPE integer, ALTER rewind_count TYPE integer",
+)
+_BEFORE_WRITE_BATCHES = ("DROP TABLE write_batches",)  # c4f1998
+_BEFORE_MARKER_FUNCTION = ("DROP FUNCTION hermes_config_marker(text, text)",)  # 2bc0137, the first release
+
+OURS = {
+    "3276cee": _BEFORE_LEASES,
+    "52fe0f8": (*_BEFORE_LEASES, *_BEFORE_HOLDER_HOST),
+    "0e32a37": (*_BEFORE_LEASES, *_BEFORE_HOLDER_HOST, *_BEFORE_SEARCH_COLUMN),
+    "ac13e71": (*_BEFORE_LEASES, *_BEFORE_HOLDER_HOST, *_BEFORE_SEARCH_COLUMN, *_INTEGER_COUNTERS),
+    "c4f1998": (*_BEFORE_LEASES, *_BEFORE_HOLDER_HOST, *_BEFORE_SEARCH_COLUMN, *_INTEGER_COUNTERS,
+                *_BEFORE_WRITE_BATCHES),
+    "2bc0137": (*_BEFORE_LEASES, *_BEFORE_HOLDER_HOST, *_BEFORE_SEARCH_COLUMN, *_INTEGER_COUNTERS,
+                *_BEFORE_WRITE_BATCHES, *_BEFORE_MARKER_FUNCTION),
+}
+
+
+async def fill_ours(db: SessionDB) -> None:
+    await db.create_session("a", "cli", model="m", system_prompt="be brief", model_config={"t": 0})
+    await db.append_message("a", "user", "hello")
+    await db.append_message("a", "assistant", {"structured": [1, "x"]}, tool_calls=[{"id": "c1"}])
+    await db.append_message("a", "user", "nul \x00 inside")
+    await db.set_session_title("a", "First")
+    await db.update_token_counts("a", input_tokens=4, model="m", estimated_cost_usd=0.5)
+    await db.create_session("b", "cli")
+    await db.append_messages_batch("b", [{"role": "user", "content": f"turn {i}"} for i in range(5)])
+    await db.archive_and_compact("b", [{"role": "user", "content": "summary"}])
+    await db.end_session("a", "compression")
+    await db.create_session("a2", "cli", parent_session_id="a")
+    await db.append_message("a2", "user", "continued")
+
+
+async def reads_of(db: SessionDB) -> dict[str, Any]:
+    return {
+        sid: (await db.get_session(sid), await db.get_messages(sid, include_inactive=True))
+        for sid in ("a", "b", "a2")
+    }
+
+
+@pytest.mark.parametrize("release", list(OURS))
+async def test_earlier_hermes_state_layout_migrates_in_place(pg_dsn: str, release: str) -> None:
+    async with SessionDB(pg_dsn) as db:
+        await fill_ours(db)
+        before = await reads_of(db)
+    conn = await schema_connect(pg_dsn)
+    try:
+        async with conn.transaction():
+            for statement in OURS[release]:
+                await conn.execute(statement)
+        async with SessionDB(pg_dsn) as db:
+            facts = db._backend._facts  # type: ignore[attr-defined]
+            assert facts["reconciled"] is True and facts["migrated_from"] == "hermes-state (unmarked layout)"
+            after = await reads_of(db)
+            assert after == before
+            assert [h["session_id"] for h in await db.search_messages("summary")] == ["b"]
+            await db.append_message("a2", "user", {"after": True})
+            assert (await db.get_messages("a2"))[-1]["content"] == {"after": True}
+        assert await conn.fetchval(
+            "SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = 'sessions' AND column_name = 'rewind_count'") == "bigint"
+        assert await conn.fetchval("SELECT value FROM state_meta WHERE key = $1", LAYOUT_KEY) == str(LAYOUT)
+        await assert_opens_without_ddl(pg_dsn)
+    finally:
+        await conn.close()
+
+
+async def test_empty_schema_is_created_and_marked(pg_dsn: str) -> None:
+    async with SessionDB(pg_dsn) as db:
+        assert db._backend._facts["migrated_from"] == "empty"  # type: ignore[attr-defined]
+        await db.create_session("s-main", "cli")
+    conn = await schema_connect(pg_dsn)
+    try:
+        meta = dict(await conn.fetch("SELECT key, value FROM state_meta"))
+        assert meta[LAYOUT_KEY] == str(LAYOUT) and meta[ORIGIN_KEY] == "empty"
+        assert set(json.loads(meta["hermes_state_postgres_definitions"])) >= {"hermes_config_marker", "idx_sessions_source"}
+    finally:
+        await conn.close()
+    await assert_opens_without_ddl(pg_dsn)
