@@ -31,8 +31,9 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
-from .catalog import Catalog, Column
+from .catalog import Catalog, Column, read_catalog
 from .schema import (
     _TABLE_CONSTRAINTS,
     _UNIQUE_INDEXES,
@@ -59,6 +60,7 @@ __all__ = [
     "assess",
     "declared_columns",
     "definition_hashes",
+    "read_store_catalog",
 ]
 
 # This release's physical layout. A later release that changes it raises the number and
@@ -78,6 +80,11 @@ _WIDENS: dict[str, frozenset[str]] = {
     "integer": frozenset({"smallint"}),
     "double precision": frozenset({"real"}),
 }
+
+
+async def read_store_catalog(conn: Any) -> Catalog:
+    """The catalog facts of the store's tables, functions, triggers, sequences and markers."""
+    return await read_catalog(conn, list(TABLES), [*FUNCTIONS, *TRIGGERS, *SEQUENCES], META_KEYS)
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,7 @@ class Assessment:
     # table -> ALTER TABLE clauses that convert existing columns (types, NOT NULL, defaults)
     alterations: dict[str, list[str]] = field(default_factory=dict)
     changed: list[str] = field(default_factory=list)  # objects whose stored definition hash differs
+    invalid: list[str] = field(default_factory=list)  # fixed-name indexes left invalid by a failed build
     marker: int | None = None  # our layout marker as found
 
     def needs(self, gap: str) -> None:
@@ -182,12 +190,14 @@ def _versions(assessment: Assessment, versions: list[str]) -> None:
         assessment.fatal.append(f"schema_version holds {versions!r}, not version numbers")
         return
     if not numbers:
-        assessment.fatal.append("schema_version holds no row; refusing to guess the schema's version")
+        assessment.fatal.append(f"schema_version holds no row (this release writes [{SCHEMA_VERSION}]); "
+                                "refusing to guess the schema's version")
     elif max(numbers) > SCHEMA_VERSION:
         assessment.fatal.append("PostgreSQL SessionDB schema is newer than this backend "
                                 f"(schema_version {max(numbers)}, this release knows {SCHEMA_VERSION})")
     elif len(set(numbers)) > 1:
-        assessment.fatal.append(f"schema_version rows disagree ({numbers}); refusing to guess which one holds")
+        assessment.fatal.append(f"schema_version holds {numbers} (this release writes [{SCHEMA_VERSION}]): rows "
+                                "that disagree; refusing to guess which one holds")
     elif numbers[0] < SCHEMA_VERSION:
         assessment.fatal.append(
             f"PostgreSQL SessionDB logical schema version {numbers[0]} is unsupported (this release migrates "
@@ -319,9 +329,9 @@ def _objects(assessment: Assessment, catalog: Catalog) -> None:
     missing = [name for name in wanted if name not in catalog.indexes]
     if missing:
         assessment.pending.append(f"missing index(es): {_names(missing)}")
-    invalid = [name for name in wanted if name in catalog.indexes and not catalog.indexes[name].valid]
-    if invalid:
-        assessment.pending.append(f"invalid index(es) to rebuild: {_names(invalid)}")
+    assessment.invalid = [name for name in wanted if name in catalog.indexes and not catalog.indexes[name].valid]
+    if assessment.invalid:
+        assessment.pending.append(f"invalid index(es) to rebuild: {_names(assessment.invalid)}")
     for name in _UNIQUE_INDEXES:
         index = catalog.indexes.get(name)
         if index is not None and not (index.unique and index.partial):

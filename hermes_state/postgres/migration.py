@@ -33,19 +33,19 @@ import logging
 import re
 from typing import Any
 
-from .catalog import Catalog, read_catalog
+from .catalog import Catalog
 from .conversations import backfill_conversation_ids
 from .layout import (
     DEFINITIONS_KEY,
     LAYOUT,
     LAYOUT_KEY,
-    META_KEYS,
     ORIGIN_KEY,
     UPSTREAM_KEY,
     Assessment,
     assess,
     definition_hashes,
     primary_keys,
+    read_store_catalog,
 )
 from .schema import (
     _UNIQUE_INDEXES,
@@ -71,10 +71,6 @@ _TITLE_INDEX = "idx_sessions_title_unique"
 _USAGE = "session_model_usage"
 
 
-async def _catalog(conn: Any) -> Catalog:
-    return await read_catalog(conn, list(TABLES), [*FUNCTIONS, *TRIGGERS, *SEQUENCES], META_KEYS)
-
-
 def _refusal(assessment: Assessment) -> RuntimeError:
     return RuntimeError(
         f"PostgreSQL SessionDB refuses this schema ({assessment.source}), changing nothing: "
@@ -97,7 +93,7 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
     """
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
-        catalog = await _catalog(conn)
+        catalog = await read_store_catalog(conn)
         assessment = assess(catalog)
         if assessment.fatal:
             raise _refusal(assessment)
@@ -239,7 +235,7 @@ async def _stamp(conn: Any, assessment: Assessment) -> None:
 
 async def _verify(conn: Any) -> None:
     """Refuse to commit a migration whose result is not the current layout (the transaction rolls back)."""
-    after = assess(await _catalog(conn))
+    after = assess(await read_store_catalog(conn))
     search = await search_catalog(conn)
     problems = [*after.fatal, *after.pending]
     if not (search.column and search.index_on_column):
@@ -260,7 +256,7 @@ async def check_schema_read_only(conn: Any) -> dict[str, Any]:
     async with conn.transaction(readonly=True):
         if await conn.fetchval("SHOW transaction_read_only") != "on":
             raise RuntimeError("PostgreSQL read-only SessionDB did not receive transaction_read_only=on")
-        catalog = await _catalog(conn)
+        catalog = await read_store_catalog(conn)
         if catalog.versions is None and not (catalog.tables & set(TABLES)):
             raise RuntimeError("read-only PostgreSQL SessionDB requires an initialized schema")
         if catalog.versions == []:
