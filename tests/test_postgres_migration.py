@@ -365,3 +365,124 @@ async def test_empty_schema_is_created_and_marked(pg_dsn: str) -> None:
     finally:
         await conn.close()
     await assert_opens_without_ddl(pg_dsn)
+
+
+# ------------------------------------------------------------------ atomicity
+
+
+async def test_a_failure_late_in_the_migration_leaves_nothing_and_a_retry_succeeds(pg_dsn: str) -> None:
+    """A row the foreign key added near the end rejects fails the migration after data and columns changed."""
+    conn = await schema_connect(pg_dsn)
+    try:
+        await build_layout(conn, "anchor")
+        await populate(conn, "anchor")
+        sessions, messages = await upstream_reads(conn, "anchor")
+        sessions["s-dup-old"].update(title=None, title_source=None)
+        await conn.execute("ALTER TABLE messages DROP CONSTRAINT fk_messages_session_id")
+        await conn.execute(
+            "INSERT INTO messages (session_id, payload, role, content, timestamp, observed, active, compacted) "
+            """VALUES ('ghost', '{"content": [1]}', 'user', '[1]', 1, 0, 1, 0)"""
+        )
+        catalog, data = await catalog_snapshot(conn), await data_snapshot(conn)
+        db = SessionDB(pg_dsn)
+        with pytest.raises(Exception, match="fk_messages_session_id"):
+            await db.get_session("s-main")
+        await db.close()
+        assert await catalog_snapshot(conn) == catalog and await data_snapshot(conn) == data
+
+        await conn.execute("DELETE FROM messages WHERE session_id = 'ghost'")
+        async with SessionDB(pg_dsn) as db:
+            await assert_reads_back(db, sessions, messages)
+    finally:
+        await conn.close()
+
+
+async def test_a_failure_at_commit_leaves_nothing_and_a_retry_succeeds(pg_dsn: str) -> None:
+    """A deferred trigger makes the COMMIT itself fail, after every step (markers included) ran."""
+    conn = await schema_connect(pg_dsn)
+    try:
+        await build_layout(conn, "storage-5")
+        await populate(conn, "storage-5")
+        sessions, messages = await upstream_reads(conn, "storage-5")
+        await conn.execute(
+            "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.key = '{LAYOUT_KEY}' THEN RAISE EXCEPTION 'injected failure at commit'; END IF; "
+            "RETURN NULL; END $$"
+        )
+        await conn.execute(
+            "CREATE CONSTRAINT TRIGGER refuse_marker AFTER INSERT OR UPDATE ON state_meta "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_marker()"
+        )
+        catalog, data = await catalog_snapshot(conn), await data_snapshot(conn)
+        for _ in range(2):  # the same failure again: nothing half-done from the first attempt
+            db = SessionDB(pg_dsn)
+            with pytest.raises(Exception, match="injected failure at commit"):
+                await db.get_session("s-main")
+            await db.close()
+            assert await catalog_snapshot(conn) == catalog and await data_snapshot(conn) == data
+
+        await conn.execute("DROP TRIGGER refuse_marker ON state_meta")
+        async with SessionDB(pg_dsn) as db:
+            await assert_reads_back(db, sessions, messages)
+    finally:
+        await conn.close()
+
+
+_OPENER = textwrap.dedent("""
+    import asyncio, json, sys
+    from hermes_state.postgres import SessionDB
+
+    async def main():
+        async with SessionDB(sys.argv[1]) as db:
+            session = await db.get_session("s-main")
+            facts = db._backend._facts
+            print(json.dumps({"reconciled": facts["reconciled"], "model": session["model"],
+                              "content": (await db.get_messages("s-main"))[2]["content"]}))
+
+    asyncio.run(main())
+""")
+
+
+async def test_two_processes_opening_at_once_migrate_once(pg_admin_dsn: str, tmp_path: Path) -> None:
+    """Both wait on the migration lock (held here until both queue), then one migrates and one finds it current."""
+    import asyncpg
+
+    from hermes_state.postgres.schema import MIGRATION_LOCK_KEY
+
+    from .postgres_support import store_dsn, temporary_database
+
+    async for url in temporary_database(pg_admin_dsn):  # the advisory lock spans a database: hold it in our own
+        conn = await asyncpg.connect(url)
+        try:
+            await build_layout(conn, "storage-5")
+            await populate(conn, "storage-5")
+            await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+            procs = [
+                subprocess.Popen([sys.executable, "-c", _OPENER, store_dsn(url)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+                for _ in range(2)
+            ]
+            try:
+                for _ in range(600):
+                    waiting = await conn.fetchval(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+                    if waiting == 2 or any(p.poll() is not None for p in procs):
+                        break
+                    await asyncio.sleep(0.05)
+                assert waiting == 2
+                await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
+                outputs = [await asyncio.to_thread(p.communicate, timeout=120) for p in procs]
+            finally:
+                for p in procs:
+                    p.kill() if p.poll() is None else None
+            results = []
+            for (out, err), proc in zip(outputs, procs):
+                assert proc.returncode == 0, err
+                results.append(json.loads(out.strip().splitlines()[-1]))
+            assert sorted(r["reconciled"] for r in results) == [False, True]
+            assert all(r["model"] == "gpt-x" and r["content"] == {"answer": "structured"} for r in results)
+            assert await conn.fetchval("SELECT value FROM state_meta WHERE key = $1", LAYOUT_KEY) == str(LAYOUT)
+        finally:
+            await conn.close()
