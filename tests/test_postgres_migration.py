@@ -486,3 +486,169 @@ async def test_two_processes_opening_at_once_migrate_once(pg_admin_dsn: str, tmp
             assert await conn.fetchval("SELECT value FROM state_meta WHERE key = $1", LAYOUT_KEY) == str(LAYOUT)
         finally:
             await conn.close()
+
+
+# ------------------------------------------------------------------ shapes refused, nothing changed
+
+# name -> (base: "ours" (the current layout, marked) or an upstream layout, statements, message)
+REFUSED: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "unknown upstream storage version": (
+        "storage-5", ("UPDATE state_meta SET value = 'v5' WHERE key = 'postgres_storage_version'",),
+        "postgres_storage_version holds 'v5': an async-hermes-agent storage version unknown"),
+    "newer upstream storage version": (
+        "storage-5", ("UPDATE state_meta SET value = '6' WHERE key = 'postgres_storage_version'",),
+        "storage version newer than this backend knows"),
+    "newer layout of ours": (
+        "ours", (f"UPDATE state_meta SET value = '{LAYOUT + 1}' WHERE key = '{LAYOUT_KEY}'",),
+        "a newer hermes-state layout"),
+    "unknown layout marker of ours": (
+        "ours", (f"UPDATE state_meta SET value = 'one' WHERE key = '{LAYOUT_KEY}'",), "not a layout this release knows"),
+    "newer schema_version": ("ours", (f"UPDATE schema_version SET version = {SCHEMA_VERSION + 1}",), "newer"),
+    "older schema_version": (
+        "anchor", (f"UPDATE schema_version SET version = {SCHEMA_VERSION - 1}",),
+        f"logical schema version {SCHEMA_VERSION - 1} is unsupported"),
+    "schema_version rows that disagree": (
+        "ours", (f"INSERT INTO schema_version VALUES ({SCHEMA_VERSION - 1})",), "rows that disagree"),
+    "empty schema_version": ("ours", ("DELETE FROM schema_version",), "holds no row|requires a schema version row"),
+    "store tables without schema_version": ("anchor", ("DROP TABLE schema_version",), "refusing to guess"),
+    "incompatible column type": (
+        "ours", ("ALTER TABLE sessions ALTER started_at TYPE timestamptz USING to_timestamp(started_at)",),
+        "column sessions.started_at is timestamp with time zone; this release needs double precision"),
+    "incompatible column type in upstream's table": (
+        "storage-2", ("DROP INDEX messages_hermes_search_idx",
+                      "ALTER TABLE messages ALTER content TYPE bytea USING convert_to(content, 'UTF8')"),
+        "column messages.content is bytea"),
+    "narrowing conversion": ("ours", ("ALTER TABLE messages ALTER token_count TYPE text",), "messages.token_count is text"),
+    "a column no insert of ours fills": (
+        "ours", ("ALTER TABLE sessions ADD COLUMN tenant TEXT", "UPDATE sessions SET tenant = 'x'",
+                 "ALTER TABLE sessions ALTER tenant SET NOT NULL"),
+        "sessions.tenant is not this release's and is NOT NULL without a default"),
+    "a primary key of another shape": (
+        "ours", ("ALTER TABLE state_meta DROP CONSTRAINT state_meta_pkey",), "table state_meta has primary key none"),
+    "upstream snapshots beside our columns": (
+        "anchor", ("ALTER TABLE messages ADD COLUMN content_kind SMALLINT NOT NULL DEFAULT 0",), "mixes"),
+    "upstream snapshots back in a migrated database": (
+        "ours", ("ALTER TABLE sessions ADD COLUMN payload TEXT",), "reappeared in a database hermes-state migrated"),
+    "a partial upstream layout": ("anchor", ("ALTER TABLE sessions DROP COLUMN payload",), "sessions lacks upstream's payload"),
+    "both markers": (
+        "ours", ("INSERT INTO state_meta VALUES ('postgres_storage_version', '5')",), "holds both"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+async def test_a_shape_it_does_not_know_is_refused_and_left_alone(pg_dsn: str, case: str) -> None:
+    base, statements, message = REFUSED[case]
+    if base == "ours":
+        async with SessionDB(pg_dsn) as db:
+            await db.create_session("s-main", "cli")
+            await db.append_message("s-main", "user", {"x": 1})
+    conn = await schema_connect(pg_dsn)
+    try:
+        if base != "ours":
+            await build_layout(conn, base)
+            await populate(conn, base)
+        for statement in statements:
+            await conn.execute(statement)
+        catalog, data = await catalog_snapshot(conn), await data_snapshot(conn)
+        for read_only in (False, True):
+            db = SessionDB(pg_dsn, read_only=read_only)
+            with pytest.raises(RuntimeError, match=message) as refused:
+                await db.get_session("s-main")
+            await db.close()
+            assert read_only or "changing nothing" in str(refused.value)
+        assert await catalog_snapshot(conn) == catalog and await data_snapshot(conn) == data
+    finally:
+        await conn.close()
+
+
+# ------------------------------------------------------------------ read-only stores
+
+
+@pytest.mark.parametrize("layout", ["storage-5", "unmarked hermes-state"])
+async def test_a_read_only_store_never_migrates(pg_dsn: str, layout: str) -> None:
+    conn = await schema_connect(pg_dsn)
+    try:
+        if layout == "unmarked hermes-state":
+            async with SessionDB(pg_dsn) as db:
+                await db.create_session("s-main", "cli")
+            for statement in OURS["3276cee"]:
+                await conn.execute(statement)
+        else:
+            await build_layout(conn, layout)
+            await populate(conn, layout)
+        catalog, data = await catalog_snapshot(conn), await data_snapshot(conn)
+        db = SessionDB(pg_dsn, read_only=True)
+        with pytest.raises(RuntimeError, match="requires the current schema; writable migration is required") as refused:
+            await db.get_session("s-main")
+        await db.close()
+        assert LAYOUT_KEY in str(refused.value)
+        assert await catalog_snapshot(conn) == catalog and await data_snapshot(conn) == data
+        async with SessionDB(pg_dsn):  # a writable open migrates; then the reader opens
+            pass
+        async with SessionDB(pg_dsn, read_only=True) as reader:
+            assert (await reader.get_session("s-main") or {})["source"] == "cli"
+    finally:
+        await conn.close()
+
+
+# ------------------------------------------------------------------ definitions that change
+
+
+async def test_a_changed_function_trigger_or_index_definition_is_replaced_once(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hermes_state.postgres import layout, schema
+
+    async with SessionDB(pg_dsn) as db:
+        await db.create_session("s-main", "cli")
+    marker = schema.FUNCTIONS["hermes_config_marker"].replace("RETURN NULL; END IF;", "RETURN NULL; END IF; -- v2\n")
+    trigger = schema.TRIGGERS["sessions_conversation_on_insert"].replace("BEFORE INSERT ON", "BEFORE INSERT  ON")
+    monkeypatch.setitem(schema.FUNCTIONS, "hermes_config_marker", marker)
+    monkeypatch.setitem(schema.TRIGGERS, "sessions_conversation_on_insert", trigger)
+    monkeypatch.setitem(schema.INDEXES, "idx_sessions_source", "sessions (source, started_at)")
+    layout.definition_hashes.cache_clear()
+    try:
+        conn = await schema_connect(pg_dsn)
+        try:
+            old_trigger = await conn.fetchval("SELECT oid FROM pg_trigger WHERE tgname = 'sessions_conversation_on_insert' "
+                                              "AND tgrelid = 'sessions'::regclass")
+            async with SessionDB(pg_dsn) as db:
+                assert db._backend._facts["reconciled"] is True  # type: ignore[attr-defined]
+                assert "definition(s) changed" not in " ".join(await db.integrity_problems())
+                await db.create_session("s-2", "cli")  # the recreated trigger still fills the conversation id
+                assert (await db.get_session("s-2") or {})["conversation_id"] == "s-2"
+            assert "-- v2" in await conn.fetchval("SELECT prosrc FROM pg_proc WHERE proname = 'hermes_config_marker' "
+                                                 "AND pronamespace = current_schema()::regnamespace")
+            assert await conn.fetchval("SELECT oid FROM pg_trigger WHERE tgname = 'sessions_conversation_on_insert' "
+                                       "AND tgrelid = 'sessions'::regclass") != old_trigger
+            assert "started_at" in await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = "
+                                                       "'idx_sessions_source' AND schemaname = current_schema()")
+        finally:
+            await conn.close()
+        await assert_opens_without_ddl(pg_dsn)
+    finally:
+        monkeypatch.undo()
+        layout.definition_hashes.cache_clear()
+
+
+# ------------------------------------------------------------------ doctor
+
+
+async def test_doctor_names_layout_problems(pg_dsn: str) -> None:
+    async with SessionDB(pg_dsn) as db:
+        await db.create_session("s-main", "cli")
+        conn = await schema_connect(pg_dsn)
+        try:
+            await conn.execute("ALTER TABLE sessions ALTER rewind_count TYPE integer")
+            await conn.execute(f"DELETE FROM state_meta WHERE key = '{LAYOUT_KEY}'")
+            await conn.execute("UPDATE state_meta SET value = '{}' WHERE key = 'hermes_state_postgres_definitions'")
+            problems = await db.integrity_problems()
+            assert "table sessions needs column changes: rewind_count integer -> bigint" in problems
+            assert f"state_meta lacks {LAYOUT_KEY} = {LAYOUT} (found None)" in problems
+            assert any(p.startswith("definition(s) changed since created: ") and "hermes_config_marker" in p
+                       for p in problems)
+            await conn.execute("ALTER TABLE sessions ALTER started_at TYPE timestamptz USING to_timestamp(started_at)")
+            assert any(p.startswith("column sessions.started_at is timestamp with time zone")
+                       for p in await db.integrity_problems())
+        finally:
+            await conn.close()
