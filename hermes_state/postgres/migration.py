@@ -1,14 +1,16 @@
 """The open-time handshake: check the catalog cheaply, else migrate in place in one transaction.
 
-A writable open takes ``pg_advisory_xact_lock(MIGRATION_LOCK_KEY)``, reads
-the catalog (:mod:`.catalog`) and judges it (:func:`.layout.assess`):
+A writable open takes the advisory lock ``MIGRATION_LOCK_KEY`` (upstream's
+key) shared, reads the catalog (:mod:`.catalog`) and judges it
+(:func:`.layout.assess`):
 
 * current: commit, no DDL (DDL takes heavy locks even when it changes
   nothing, and would queue behind, and in front of, live writers);
 * a shape this release does not know: ``RuntimeError`` naming it, nothing
   changed;
 * anything else it knows (an empty schema, an earlier hermes-state layout,
-  async-hermes-agent's anchor layout or storage versions 1-5): migrate.
+  async-hermes-agent's anchor layout or storage versions 1-5): take the
+  lock exclusively in a new transaction, judge again, and migrate.
 
 A migration first locks every store table that exists (ACCESS EXCLUSIVE, in
 one fixed order, so it never deadlocks against itself or waits half-way);
@@ -20,7 +22,9 @@ writes the version and the markers, reads the catalog again and refuses to
 commit unless it is now current. All of it is one transaction: a failure
 anywhere (or a cancelled open) leaves no partial catalog, data or marker,
 and the next open starts over. A second process opening meanwhile waits on
-the advisory lock and then finds the schema current.
+the advisory lock and then finds the schema current. The lock spans the
+database, so a migration in one schema also holds up opens of other schemas
+of that database until it commits.
 
 A read-only store takes no lock and writes nothing: it refuses a schema that
 needs migrating, naming why.
@@ -83,24 +87,33 @@ async def _conversations_unfilled(conn: Any) -> bool:
 
 
 async def ensure_schema(conn: Any) -> dict[str, Any]:
-    """Check, or migrate, the schema in one advisory-locked transaction; returns facts for ``storage_info``.
+    """Check, or migrate, the schema under the migration lock; returns facts for ``storage_info``.
 
     The facts hold ``schema_version``, ``layout``, ``reconciled`` (whether
     anything changed) and, after a migration, ``migrated_from``. Raises
     ``RuntimeError`` naming every problem for a schema this release must not
     touch (a newer or unknown version or marker, rows that disagree, a type
     it cannot convert, store tables without ``schema_version``, ...).
+
+    The check holds the lock shared, so workers opening a current schema do
+    not queue behind each other; a migration holds it exclusively (the mode
+    async-hermes-agent takes, with the same key) and judges the catalog again
+    first: another process may have migrated it meanwhile.
     """
     async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock_shared($1)", MIGRATION_LOCK_KEY)
+        current = await _current(conn)
+        if current is not None:
+            return current
+    async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
+        current = await _current(conn)
+        if current is not None:
+            return current
         catalog = await read_store_catalog(conn)
         assessment = assess(catalog)
         if assessment.fatal:
             raise _refusal(assessment)
-        search = await search_catalog(conn)
-        if not assessment.pending and search.current and not await _conversations_unfilled(conn):
-            return {"schema_version": SCHEMA_VERSION, "layout": LAYOUT, "reconciled": False,
-                    **search_facts(search.trigram_index)}
         log.info("PostgreSQL SessionDB: migrating %s in place: %s", assessment.source,
                  "; ".join(assessment.pending) or "conversation ids and search objects")
         facts = await _migrate(conn, catalog, assessment)
@@ -108,9 +121,26 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
             "migrated_from": assessment.source, **facts}
 
 
+async def _current(conn: Any) -> dict[str, Any] | None:
+    """The facts when the schema is current (no DDL needed), else None; raises for a refused shape."""
+    assessment = assess(await read_store_catalog(conn))
+    if assessment.fatal:
+        raise _refusal(assessment)
+    if assessment.pending:
+        return None
+    search = await search_catalog(conn)
+    if not search.current or await _conversations_unfilled(conn):
+        return None
+    return {"schema_version": SCHEMA_VERSION, "layout": LAYOUT, "reconciled": False,
+            **search_facts(search.trigram_index)}
+
+
 async def _migrate(conn: Any, catalog: Catalog, assessment: Assessment) -> dict[str, Any]:
     present = [table for table in TABLES if table in catalog.columns]
-    if present:
+    if present and assessment.pending:
+        # Before the first change, in one fixed order: no lock is taken half-way, so two openers
+        # never deadlock and a migration never stalls between steps behind a live writer. (Only
+        # the search objects or conversation ids missing: their statements lock what they touch.)
         await conn.execute(f"LOCK TABLE {', '.join(_ident(t) for t in present)} IN ACCESS EXCLUSIVE MODE")
     for name in SEQUENCES:
         await conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {_ident(name)}")
