@@ -137,6 +137,34 @@ async def upstream_reads(conn: Any, layout: str) -> tuple[dict[str, Any], dict[i
     return sessions, messages
 
 
+async def upstream_schema(conn: Any, layout: str) -> tuple[dict[str, Any], dict[int, Any]]:
+    """Build ``layout``, fill it as upstream did; returns what the store must read back.
+
+    That is upstream's reads, but for the older of two sessions that shared a
+    title at the anchor: the newest keeps it (upstream's own repair rule).
+    """
+    await build_layout(conn, layout)
+    await populate(conn, layout)
+    sessions, messages = await upstream_reads(conn, layout)
+    if layout == "anchor":
+        sessions["s-dup-old"].update(title=None, title_source=None)
+    return sessions, messages
+
+
+async def assert_open_fails_untouched(
+    conn: Any, pg_dsn: str, match: str, *, refusal: bool = False, attempts: int = 1
+) -> None:
+    """Opening fails with ``match`` (writable; a refusal read-only as well) and changes no catalog row or data."""
+    catalog, data = await catalog_snapshot(conn), await data_snapshot(conn)
+    for read_only in (False, True) if refusal else (False,) * attempts:
+        db = SessionDB(pg_dsn, read_only=read_only)
+        with pytest.raises(RuntimeError if refusal else Exception, match=match) as failed:
+            await db.get_session("s-main")
+        await db.close()
+        assert not refusal or read_only or "changing nothing" in str(failed.value)
+        assert await catalog_snapshot(conn) == catalog and await data_snapshot(conn) == data
+
+
 _MESSAGE_KEYS = (
     "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count",
     "finish_reason", "reasoning", "platform_message_id", "observed", "active", "compacted", "display_metadata",
@@ -166,11 +194,7 @@ async def assert_reads_back(db: SessionDB, sessions: dict[str, Any], messages: d
 async def test_upstream_layout_migrates_in_place(pg_dsn: str, layout: str) -> None:
     conn = await schema_connect(pg_dsn)
     try:
-        await build_layout(conn, layout)
-        await populate(conn, layout)
-        sessions, messages = await upstream_reads(conn, layout)
-        if layout == "anchor":  # the newest of two sessions sharing a title keeps it (upstream's repair rule)
-            sessions["s-dup-old"].update(title=None, title_source=None)
+        sessions, messages = await upstream_schema(conn, layout)
         assert sessions["s-main"]["model"] == "gpt-x" and isinstance(messages[3]["content"], dict)
 
         async with SessionDB(pg_dsn) as db:
@@ -374,22 +398,13 @@ async def test_a_failure_late_in_the_migration_leaves_nothing_and_a_retry_succee
     """A row the foreign key added near the end rejects fails the migration after data and columns changed."""
     conn = await schema_connect(pg_dsn)
     try:
-        await build_layout(conn, "anchor")
-        await populate(conn, "anchor")
-        sessions, messages = await upstream_reads(conn, "anchor")
-        sessions["s-dup-old"].update(title=None, title_source=None)
+        sessions, messages = await upstream_schema(conn, "anchor")
         await conn.execute("ALTER TABLE messages DROP CONSTRAINT fk_messages_session_id")
         await conn.execute(
             "INSERT INTO messages (session_id, payload, role, content, timestamp, observed, active, compacted) "
             """VALUES ('ghost', '{"content": [1]}', 'user', '[1]', 1, 0, 1, 0)"""
         )
-        catalog, data = await catalog_snapshot(conn), await data_snapshot(conn)
-        db = SessionDB(pg_dsn)
-        with pytest.raises(Exception, match="fk_messages_session_id"):
-            await db.get_session("s-main")
-        await db.close()
-        assert await catalog_snapshot(conn) == catalog and await data_snapshot(conn) == data
-
+        await assert_open_fails_untouched(conn, pg_dsn, "fk_messages_session_id")
         await conn.execute("DELETE FROM messages WHERE session_id = 'ghost'")
         async with SessionDB(pg_dsn) as db:
             await assert_reads_back(db, sessions, messages)
@@ -401,9 +416,7 @@ async def test_a_failure_at_commit_leaves_nothing_and_a_retry_succeeds(pg_dsn: s
     """A deferred trigger makes the COMMIT itself fail, after every step (markers included) ran."""
     conn = await schema_connect(pg_dsn)
     try:
-        await build_layout(conn, "storage-5")
-        await populate(conn, "storage-5")
-        sessions, messages = await upstream_reads(conn, "storage-5")
+        sessions, messages = await upstream_schema(conn, "storage-5")
         await conn.execute(
             "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
             f"IF NEW.key = '{LAYOUT_KEY}' THEN RAISE EXCEPTION 'injected failure at commit'; END IF; "
@@ -413,14 +426,8 @@ async def test_a_failure_at_commit_leaves_nothing_and_a_retry_succeeds(pg_dsn: s
             "CREATE CONSTRAINT TRIGGER refuse_marker AFTER INSERT OR UPDATE ON state_meta "
             "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_marker()"
         )
-        catalog, data = await catalog_snapshot(conn), await data_snapshot(conn)
-        for _ in range(2):  # the same failure again: nothing half-done from the first attempt
-            db = SessionDB(pg_dsn)
-            with pytest.raises(Exception, match="injected failure at commit"):
-                await db.get_session("s-main")
-            await db.close()
-            assert await catalog_snapshot(conn) == catalog and await data_snapshot(conn) == data
-
+        # twice: the second attempt finds nothing half-done by the first
+        await assert_open_fails_untouched(conn, pg_dsn, "injected failure at commit", attempts=2)
         await conn.execute("DROP TRIGGER refuse_marker ON state_meta")
         async with SessionDB(pg_dsn) as db:
             await assert_reads_back(db, sessions, messages)
@@ -549,14 +556,7 @@ async def test_a_shape_it_does_not_know_is_refused_and_left_alone(pg_dsn: str, c
             await populate(conn, base)
         for statement in statements:
             await conn.execute(statement)
-        catalog, data = await catalog_snapshot(conn), await data_snapshot(conn)
-        for read_only in (False, True):
-            db = SessionDB(pg_dsn, read_only=read_only)
-            with pytest.raises(RuntimeError, match=message) as refused:
-                await db.get_session("s-main")
-            await db.close()
-            assert read_only or "changing nothing" in str(refused.value)
-        assert await catalog_snapshot(conn) == catalog and await data_snapshot(conn) == data
+        await assert_open_fails_untouched(conn, pg_dsn, message, refusal=True)
     finally:
         await conn.close()
 

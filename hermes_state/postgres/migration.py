@@ -102,18 +102,14 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
     """
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock_shared($1)", MIGRATION_LOCK_KEY)
-        current = await _current(conn)
+        current, _, _ = await _judge(conn)
         if current is not None:
             return current
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
-        current = await _current(conn)
+        current, catalog, assessment = await _judge(conn)
         if current is not None:
             return current
-        catalog = await read_store_catalog(conn)
-        assessment = assess(catalog)
-        if assessment.fatal:
-            raise _refusal(assessment)
         log.info("PostgreSQL SessionDB: migrating %s in place: %s", assessment.source,
                  "; ".join(assessment.pending) or "conversation ids and search objects")
         facts = await _migrate(conn, catalog, assessment)
@@ -121,18 +117,20 @@ async def ensure_schema(conn: Any) -> dict[str, Any]:
             "migrated_from": assessment.source, **facts}
 
 
-async def _current(conn: Any) -> dict[str, Any] | None:
-    """The facts when the schema is current (no DDL needed), else None; raises for a refused shape."""
-    assessment = assess(await read_store_catalog(conn))
+async def _judge(conn: Any) -> tuple[dict[str, Any] | None, Catalog, Assessment]:
+    """(facts when the schema is current, else None; the catalog; its assessment). Raises for a refused shape."""
+    catalog = await read_store_catalog(conn)
+    assessment = assess(catalog)
     if assessment.fatal:
         raise _refusal(assessment)
     if assessment.pending:
-        return None
+        return None, catalog, assessment
     search = await search_catalog(conn)
     if not search.current or await _conversations_unfilled(conn):
-        return None
-    return {"schema_version": SCHEMA_VERSION, "layout": LAYOUT, "reconciled": False,
-            **search_facts(search.trigram_index)}
+        return None, catalog, assessment
+    facts = {"schema_version": SCHEMA_VERSION, "layout": LAYOUT, "reconciled": False,
+             **search_facts(search.trigram_index)}
+    return facts, catalog, assessment
 
 
 async def _migrate(conn: Any, catalog: Catalog, assessment: Assessment) -> dict[str, Any]:
