@@ -1,6 +1,6 @@
 """Time of the in-place PostgreSQL migration from async-hermes-agent's anchor layout, against a copy.
 
-A fresh schema gets upstream's anchor layout (``tests/upstream_pg.py``: VARCHAR
+A fresh database of its own gets, in one schema, upstream's anchor layout (``tests/upstream_pg.py``: VARCHAR
 ids, INTEGER counters, payload snapshots, the expression search index) and
 ``--messages`` rows over ``--sessions`` sessions, one in ``--structured``
 holding structured content (snapshot object, JSON text in ``content``), all
@@ -88,8 +88,13 @@ async def main() -> int:
 
     from hermes_state.postgres import SessionDB
 
-    admin = await asyncpg.connect(args.dsn)
-    schemas = [f"hs_bench_{uuid.uuid4().hex}" for _ in range(2)]
+    # A database of its own: the migration lock spans a database, and other runs' opens would take it.
+    server = await asyncpg.connect(args.dsn)
+    database = f"hs_bench_{uuid.uuid4().hex}"
+    await server.execute(f'CREATE DATABASE "{database}"')
+    url = args.dsn.split("?", 1)[0].rsplit("/", 1)[0] + f"/{database}"
+    admin = await asyncpg.connect(url)
+    schemas = ["migrated", "copied"]
     try:
         for schema in schemas:
             await admin.execute(f'CREATE SCHEMA "{schema}"')
@@ -106,7 +111,7 @@ async def main() -> int:
                                 "coalesce(content, '') || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, '')))")
         copy = time.perf_counter() - started
 
-        dsn = "postgresql+asyncpg://" + args.dsn.split("://", 1)[1].split("?", 1)[0] + f"?search_path={schemas[0]}"
+        dsn = "postgresql+asyncpg://" + url.split("://", 1)[1] + f"?search_path={schemas[0]}"
         started = time.perf_counter()
         db = SessionDB(dsn)
         await db.get_session("s-1")
@@ -124,15 +129,15 @@ async def main() -> int:
         ok = (facts.get("reconciled") is True and reopened.get("reconciled") is False and total == args.messages
               and isinstance(structured, dict))
         print(f"messages {args.messages:,} in {args.sessions:,} sessions, 1 in {args.structured} structured; "
-              f"messages table {size / 2**20:.1f} MiB")
+              f"messages table {size / 2**20:.1f} MiB; load average {os.getloadavg()[0]:.1f}")
         print(f"migrate {migrate:.2f} s   copy (limit) {copy:.2f} s   ratio {migrate / copy:.2f}   "
               f"reopen {reopen * 1000:.0f} ms")
         print("rows check:", "ok" if ok else f"FAILED ({facts}, {reopened}, {total}, {structured!r})")
         return 0 if ok else 2
     finally:
-        for schema in schemas:
-            await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await admin.close()
+        await server.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await server.close()
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ key) shared, reads the catalog (:mod:`.catalog`) and judges it
 A migration first locks every store table that exists (ACCESS EXCLUSIVE, in
 one fixed order, so it never deadlocks against itself or waits half-way);
 then it creates what is missing, moves upstream's snapshot values into
-columns (:mod:`.upstream`), converts column types and nullability, rebuilds
-invalid or redefined indexes, adds keys, functions and triggers, fills
-conversation ids, reconciles the search objects (:mod:`.search_schema`),
-writes the version and the markers, reads the catalog again and refuses to
+columns (:mod:`.upstream`), converts column types and nullability,
+reconciles the search objects (:mod:`.search_schema`), rebuilds invalid or
+redefined indexes, adds keys, functions and triggers, fills conversation
+ids, writes the version and the markers, reads the catalog again and refuses to
 commit unless it is now current. All of it is one transaction: a failure
 anywhere (or a cancelled open) leaves no partial catalog, data or marker,
 and the next open starts over. A second process opening meanwhile waits on
@@ -64,7 +64,7 @@ from .schema import (
     _add_column_type,
     _create_table_sql,
 )
-from .search_schema import SEARCH_COLUMN, SEARCH_INDEX, reconcile_search, search_catalog, search_facts
+from .search_schema import SEARCH_COLUMN, reconcile_search, search_catalog, search_facts
 from .upstream import UPSTREAM_ONLY, content_from_payloads, live_leases, merge_usage_rows, null_usage_keys, sessions_from_payloads
 
 __all__ = ["check_schema_read_only", "ensure_schema"]
@@ -149,31 +149,39 @@ async def _migrate(conn: Any, catalog: Catalog, assessment: Assessment) -> dict[
         for name, kind in columns:
             if name not in catalog.columns[table]:
                 await conn.execute(f"ALTER TABLE {_ident(table)} ADD COLUMN {_ident(name)} {_add_column_type(kind)}")
+    dropped: set[str] = set()
     if assessment.upstream is not None:
-        await _from_upstream(conn, catalog, assessment)
+        dropped = await _from_upstream(conn, catalog, assessment)
     else:
         for table, clauses in assessment.alterations.items():
             await conn.execute(f"ALTER TABLE {_ident(table)} {', '.join(clauses)}")
-    await _keys_and_indexes(conn, catalog, assessment)
+    # The search column rewrites messages (when missing): before its indexes are built, not after.
+    facts = await reconcile_search(conn, await search_catalog(conn))
+    await _keys_and_indexes(conn, catalog, assessment, dropped)
     await _routines(conn, catalog, assessment)
     await backfill_conversation_ids(conn)
-    facts = await reconcile_search(conn, await search_catalog(conn))
     await _stamp(conn, assessment)
     await _verify(conn)
     return facts
 
 
-async def _from_upstream(conn: Any, catalog: Catalog, assessment: Assessment) -> None:
-    """Move what only upstream's snapshots hold into columns, then drop what is upstream's alone."""
+async def _from_upstream(conn: Any, catalog: Catalog, assessment: Assessment) -> set[str]:
+    """Move what only upstream's snapshots hold into columns, then drop what is upstream's alone.
+
+    Returns the indexes dropped on the way: ``messages`` is updated, then
+    rewritten twice (its column types here, the search column next), and its
+    indexes are built once afterwards instead of being maintained and rebuilt
+    by each step. Upstream's search index is on the text expression; the stored
+    search column replaces it (:func:`.search_schema.reconcile_search`).
+    """
+    dropped = {name for name, index in catalog.indexes.items() if index.table == "messages"}
+    for name in sorted(dropped):
+        await conn.execute(f"DROP INDEX {_ident(name)}")
     # The anchor read titles from the snapshot; once the unique title index existed, from the column.
     await sessions_from_payloads(conn, title_from_snapshot=assessment.upstream == 0 and _TITLE_INDEX not in catalog.indexes)
     await content_from_payloads(conn)
     if _USAGE in catalog.columns:
         await null_usage_keys(conn)
-    # Upstream's search index is on the text expression; the stored search column replaces it
-    # (reconcile_search), so it need not be rebuilt by the rewrites below.
-    if SEARCH_INDEX in catalog.indexes:
-        await conn.execute(f"DROP INDEX {_ident(SEARCH_INDEX)}")
     for table in TABLES:
         if table not in catalog.columns:
             continue
@@ -188,16 +196,18 @@ async def _from_upstream(conn: Any, catalog: Catalog, assessment: Assessment) ->
         await conn.execute(f'ALTER TABLE {_USAGE} DROP COLUMN "id"')  # and its primary key with it
     if "session_turn_leases" in catalog.columns:
         await live_leases(conn)
+    return dropped
 
 
-async def _keys_and_indexes(conn: Any, catalog: Catalog, assessment: Assessment) -> None:
+async def _keys_and_indexes(conn: Any, catalog: Catalog, assessment: Assessment, dropped: set[str]) -> None:
+    """The usage key, foreign keys and fixed indexes: missing, ``dropped``, invalid or redefined ones (re)made."""
     key = primary_keys()[_USAGE]
     if catalog.primary_keys.get(_USAGE) != key and _USAGE in catalog.columns:
         await conn.execute(f"ALTER TABLE {_USAGE} ADD CONSTRAINT pk_{_USAGE} PRIMARY KEY ({', '.join(key)})")
     indexes = {**INDEXES, **_UNIQUE_INDEXES}
     rebuild = {
         name for name, index in catalog.indexes.items()
-        if name in indexes and (not index.valid or name in assessment.changed)
+        if name in indexes and name not in dropped and (not index.valid or name in assessment.changed)
     }
     title = catalog.indexes.get(_TITLE_INDEX)
     if title is not None and not (title.unique and title.partial):
@@ -210,7 +220,7 @@ async def _keys_and_indexes(conn: Any, catalog: Catalog, assessment: Assessment)
         if name not in catalog.foreign_keys or name in assessment.changed:
             await conn.execute(f"ALTER TABLE {_ident(table)} ADD CONSTRAINT {_ident(name)} {definition}")
     for name, body in indexes.items():
-        if name in catalog.indexes and name not in rebuild:
+        if name in catalog.indexes and name not in rebuild and name not in dropped:
             continue
         if name == _TITLE_INDEX:
             await _drop_duplicate_titles(conn)
