@@ -10,6 +10,14 @@ What is durable when (a host can rely on each point surviving a crash):
 4. each tool segment's results, right after the segment ran;
 5. the final answer, at once; the finalizer then closes any open tail.
 
+A turn on a session that already has a row holds the conversation's turn
+lease (``SessionDB.session_turn``) for its whole run, so workers sharing a
+store never run two turns of one conversation at once: it waits for the
+lease, reloads the transcript from the store when it had to wait (another
+turn may have appended), writes every row fenced by the lease's token, and
+stops with ``turn_exit_reason == "turn_lease_lost"`` (and writes nothing
+more) if the lease is lost while it runs.
+
 Every row is written once: a dict is marked when its append committed, and
 dicts passed in as ``conversation_history`` count as already durable. Token
 usage is recorded per provider call as an increment. Cancelling the task
@@ -26,7 +34,8 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -116,6 +125,7 @@ class _Turn:
         self.api_calls = 0
         self.compression_attempts = 0
         self.compressions = 0
+        self.writes_allowed = True  # False once the turn lease is missing or lost: nothing more is written
         self.usage = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
                       "cache_write_tokens": 0, "reasoning_tokens": 0, "estimated_cost_usd": 0.0}
 
@@ -158,6 +168,10 @@ class AIAgent:
         persist_disabled: bool = False,
         close_provider: bool = False,
         max_tool_result_chars: int = 100_000,
+        turn_lease_ttl: float = 300.0,
+        turn_lease_wait: float = 1800.0,
+        turn_lease_refresh: float = 60.0,
+        on_turn_lease_wait: Callable[[float], Any] | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(getattr(provider, "complete", None)):
             raise TypeError("provider must have an async complete(request) method")
@@ -185,6 +199,11 @@ class AIAgent:
         self.compression_lock_ttl = float(compression_lock_ttl)
         self.max_compression_attempts = max_compression_attempts
         self.max_tool_result_chars = max_tool_result_chars
+        self.turn_lease_ttl = float(turn_lease_ttl)
+        self.turn_lease_wait = float(turn_lease_wait)
+        self.turn_lease_refresh = float(turn_lease_refresh)
+        self._on_turn_lease_wait = on_turn_lease_wait
+        self._turn_lease: Any = None  # the SessionTurn of the running turn, if any
 
         self._session_db = session_db
         self._owns_session_db = False
@@ -324,9 +343,12 @@ class AIAgent:
         # The user dict exists before the first await, so any cancellation can persist it.
         turn = _Turn(history + [{"role": "user", "content": user_message}], {id(m) for m in history})
         cancelled = False
+        lease: Any = None
         try:
-            await self._prologue(turn, system_message, bool(history))
-            await self._loop(turn)
+            lease = await self._enter_turn_lease(turn)
+            if turn.writes_allowed:
+                await self._prologue(turn, system_message, bool(history))
+                await self._loop_while_leased(turn, lease)
         except asyncio.CancelledError:
             cancelled = True
             turn.interrupted = True
@@ -336,10 +358,88 @@ class AIAgent:
             turn.failed = True
             turn.exit_reason = "provider_error" if isinstance(exc, ProviderError) else "error"
             turn.error = f"{type(exc).__name__}: {exc}"
-        result = await finish_owned(self._finalize_turn(turn))
+        try:
+            result = await finish_owned(self._finalize_turn(turn))
+        finally:
+            self._turn_lease = None
+            if lease is not None:
+                await finish_owned(lease.__aexit__(None, None, None))
         if cancelled:
             raise asyncio.CancelledError()
         return result
+
+    async def _enter_turn_lease(self, turn: _Turn) -> Any:
+        """Hold the conversation's turn lease for this turn (upstream's client protocol); returns it, or None.
+
+        No lease without a store, without persistence, or for a session that
+        has no row yet (nobody else can run it). A lease that stays held past
+        ``turn_lease_wait`` fails the turn (``session_turn_lease_timeout:<id>``),
+        an interrupt while waiting ends it as interrupted; neither writes
+        anything. After a wait the transcript is reloaded from the latest tip.
+        """
+        db = None if self._persist_disabled else self._session_db
+        if db is None or not callable(getattr(db, "session_turn", None)):
+            return None
+        from hermes_state import SessionTurnAbortedError, SessionTurnTimeoutError
+
+        if not self._session_created and await db.get_session(self.session_id) is None:
+            return None
+        holder = f"pid={os.getpid()}:turn={uuid.uuid4().hex}:platform={self.platform or self._source}"
+        lease = db.session_turn(
+            self.session_id, holder, ttl_seconds=self.turn_lease_ttl, wait_seconds=self.turn_lease_wait,
+            refresh_interval_seconds=self.turn_lease_refresh, on_wait=self._on_turn_lease_wait,
+            should_abort=lambda: self._interrupt_requested,
+        )
+        try:
+            await lease.__aenter__()
+        except SessionTurnAbortedError:
+            turn.interrupted, turn.exit_reason, turn.writes_allowed = True, "interrupted", False
+            return None
+        except SessionTurnTimeoutError:
+            turn.failed, turn.exit_reason, turn.writes_allowed = True, "session_turn_lease_timeout", False
+            turn.error = f"session_turn_lease_timeout:{self.session_id}"
+            turn.final_response = ""
+            return None
+        self._turn_lease = lease
+        if lease.waited > 0:
+            # Another turn ran meanwhile: continue from what it left, not from the caller's copy.
+            tip = await db.resolve_resume_session_id(self.session_id)
+            history = await db.get_messages_as_conversation(tip)
+            self.session_id = tip
+            turn.messages[:] = history + turn.messages[-1:]
+            turn.durable = {id(m) for m in history}
+        return lease
+
+    async def _loop_while_leased(self, turn: _Turn, lease: Any) -> None:
+        """Run the turn's loop; a lost lease stops it at once (nothing more is written)."""
+        if lease is None:
+            await self._loop(turn)
+            return
+        loop_task = asyncio.ensure_future(self._loop(turn))
+        lost = asyncio.ensure_future(lease.wait_lost())
+        try:
+            await asyncio.wait({loop_task, lost}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            loop_task.cancel()
+            await asyncio.wait({loop_task})
+            raise
+        finally:
+            lost.cancel()
+        if loop_task.done():
+            loop_task.result()
+            return
+        loop_task.cancel()
+        await asyncio.wait({loop_task})
+        self._stop_for_lost_lease(turn)
+
+    def _stop_for_lost_lease(self, turn: _Turn) -> None:
+        turn.interrupted, turn.writes_allowed = True, False
+        turn.exit_reason = "turn_lease_lost"
+        turn.final_response = turn.final_response or ""
+        turn.error = (
+            f"the turn lease of session {self.session_id} was lost (taken over by another worker); "
+            "this turn stopped and wrote nothing more"
+        )
 
     async def _prologue(self, turn: _Turn, system_message: str | None, has_history: bool) -> None:
         await self._adopt_rotated_child(turn)
@@ -383,6 +483,8 @@ class AIAgent:
         turn.messages.append({"role": "assistant", "content": _ITERATION_LIMIT_TEXT})
 
     def _stop_for_persistence(self, turn: _Turn) -> None:
+        if turn.exit_reason == "turn_lease_lost":
+            return
         turn.failed = True
         turn.final_response = ""
         turn.exit_reason = "session_persistence_failed"
@@ -514,6 +616,8 @@ class AIAgent:
         """
         if self._session_db is None or self._persist_disabled:
             return None
+        if not turn.writes_allowed:
+            return False
         return await asyncio.shield(asyncio.ensure_future(self._flush_now(turn)))
 
     async def _flush_now(self, turn: _Turn) -> bool | None:
@@ -524,12 +628,16 @@ class AIAgent:
             if not await self._ensure_db_session_unlocked():
                 return False
             extra = {"compression_lock_holder": self._compression_holder} if self._compression_holder else {}
+            writer = self._turn_lease or db  # through the lease: every row fenced by its token
             for message in list(turn.messages):
                 if message.get(PERSISTED) or message.get(EPHEMERAL) or id(message) in turn.durable:
                     continue
                 try:
-                    await db.append_message(self.session_id, **append_kwargs(message), **extra)
+                    await writer.append_message(self.session_id, **append_kwargs(message), **extra)
                 except Exception as exc:
+                    if type(exc).__name__ == "SessionTurnLeaseLostError":
+                        self._stop_for_lost_lease(turn)
+                        return False
                     log.warning("could not persist a %s row of session %s: %s",
                                 message.get("role"), self.session_id, exc)
                     turn.error = turn.error or f"persistence failed: {type(exc).__name__}: {exc}"
@@ -715,13 +823,17 @@ class AIAgent:
             self._compression_holder = holder
             refresher = asyncio.ensure_future(self._refresh_lease(db, session_id, holder))
         try:
-            if db is not None and await self._flush(turn) is False:
-                return False
+            watermark = None
+            if db is not None:
+                if await self._flush(turn) is False:
+                    return False
+                # Rows anyone appends while the summary is written come after it (never lost).
+                watermark = await db.get_active_message_watermark(session_id)
             summary = await self._summarize(turn.messages[:cut])
             # The kept tail starts with a user message; an assistant-role summary keeps roles alternating.
             compacted = [{"role": "assistant", "content": COMPACTION_PREFIX + summary, "display_kind": "hidden"}]
             compacted += turn.messages[cut:]
-            await finish_owned(self._commit_compaction(turn, db, session_id, holder, compacted))
+            await finish_owned(self._commit_compaction(turn, db, session_id, holder, compacted, watermark))
             return True
         except Exception as exc:
             log.warning("compression of %s failed: %s", session_id, exc)
@@ -770,22 +882,30 @@ class AIAgent:
         return text.strip()
 
     async def _commit_compaction(
-        self, turn: _Turn, db: Any, session_id: str, holder: str | None, compacted: list[dict[str, Any]]
+        self, turn: _Turn, db: Any, session_id: str, holder: str | None, compacted: list[dict[str, Any]],
+        watermark: int | None,
     ) -> None:
-        """Swap the transcript for ``compacted``, durably first (runs whole, shielded from cancellation)."""
+        """Swap the transcript for ``compacted``, durably first (runs whole, shielded from cancellation).
+
+        Rows other writers appended after ``watermark`` follow the summary;
+        the in-memory transcript is then reloaded so the model sees them too.
+        """
         rows = [append_kwargs(m) for m in compacted]
+        writer = self._turn_lease or db  # fenced by the turn lease when the turn holds one
+        inserted = len(rows)
         async with self._persist_lock:
             if db is not None and self.compression_in_place:
-                await db.archive_and_compact(session_id, rows)
+                inserted = await writer.archive_and_compact(session_id, rows, watermark=watermark, lock_holder=holder)
             elif db is not None:
                 child = new_session_id()
-                await db.publish_compression_child(
+                await writer.publish_compression_child(
                     parent_session_id=session_id, child_session_id=child, source=self._source,
                     messages=rows, model=self.model or None, model_config=self._model_config,
                     system_prompt=self._cached_system_prompt, cwd=self._cwd, profile_name=self._profile_name,
-                    compression_lock_holder=holder, require_compression_lease=True,
+                    compression_lock_holder=holder, require_compression_lease=True, watermark=watermark,
                 )
                 self.session_id = child
+                inserted = (await db.get_session(child) or {}).get("message_count", inserted)
             for message in compacted:
                 message.pop(PERSISTED, None)
                 if db is not None:
@@ -793,6 +913,10 @@ class AIAgent:
             turn.messages[:] = compacted
             turn.durable = set()
             turn.compressions += 1
+            if db is not None and inserted > len(rows):
+                reloaded = await db.get_messages_as_conversation(self.session_id)
+                turn.messages[:] = reloaded
+                turn.durable = {id(m) for m in reloaded}
         if db is not None and not self.compression_in_place:
             await self._renumber_title(db, session_id, self.session_id)
 

@@ -30,7 +30,9 @@ from .errors import (
     SessionExportTooLargeError,
     SessionNotFoundError,
     SessionResumeTooLargeError,
+    SessionTurnAbortedError,
     SessionTurnLeaseLostError,
+    SessionTurnTimeoutError,
     StoreClosedError,
     WalUnsupportedError,
     classify_persistence_error,
@@ -45,6 +47,7 @@ from .sqlite.safety import (
 )
 from .sqlite.schema import FTS_STORAGE_VERSION, SCHEMA_SQL, SCHEMA_VERSION
 from .sqlite.search.cjk import _cjk_fts_config_enabled, fts5_cjk_so_path, load_fts5_cjk_extension  # noqa: F401
+from .session_turn import SessionTurn
 from .store import SessionDB
 
 __version__ = "0.1.0"
@@ -71,6 +74,9 @@ __all__ = [
     "SessionCompressionInProgressError",
     "SessionResumeTooLargeError",
     "SessionTurnLeaseLostError",
+    "SessionTurnTimeoutError",
+    "SessionTurnAbortedError",
+    "SessionTurn",
     "SessionExportTooLargeError",
     "WalUnsupportedError",
     "ConfigError",

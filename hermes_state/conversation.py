@@ -23,9 +23,44 @@ from .encoding import decode_content, decode_display_metadata, decode_tool_calls
 
 __all__ = [
     "build_conversation",
+    "owns_transcript",
     "repair_message_sequence",
     "scrub_memory_context",
+    "transcript_ids",
 ]
+
+
+# --- which sessions make up a transcript -------------------------------------
+# A session's transcript is its own rows after those of its ancestors (every
+# parent link, root first), except that an explicit /branch owns its
+# transcript: it starts with a copy of its parent's turns, so the parent's
+# rows (including any added after the fork) are not its history, nor the
+# history of the sessions that continue it.
+
+
+def owns_transcript(model_config: str | None) -> bool:
+    """True when the stored ``model_config`` JSON has a truthy ``_branched_from`` (Python truthiness)."""
+    if not model_config or "_branched_from" not in model_config:
+        return False
+    try:
+        config = json.loads(model_config)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(config, dict) and bool(config.get("_branched_from"))
+
+
+def transcript_ids(chain: Iterable[tuple[str, str | None]]) -> list[str]:
+    """Root-first ids of a transcript, from ``(id, model_config)`` pairs of the session and its ancestors, tip first.
+
+    The walk ends at the first session that :func:`owns_transcript`.
+    """
+    ids: list[str] = []
+    for session_id, model_config in chain:
+        ids.append(session_id)
+        if owns_transcript(model_config):
+            break
+    ids.reverse()
+    return ids
 
 # --- memory-context scrubbing ------------------------------------------------
 # The agent appends recalled memory to the text it sends to the model inside a

@@ -25,6 +25,8 @@ __all__ = [
     "CompressionSessionBusyError",
     "SessionCompressionInProgressError",
     "SessionTurnLeaseLostError",
+    "SessionTurnTimeoutError",
+    "SessionTurnAbortedError",
     "SessionResumeTooLargeError",
     "SessionExportTooLargeError",
     "WalUnsupportedError",
@@ -35,11 +37,14 @@ __all__ = [
     "LockTimeoutError",
     "WriteNotAppliedError",
     "PERSISTENCE_ERROR_CAUSES",
+    "PersistenceErrorCause",
     "is_disk_full_error",
     "classify_persistence_error",
 ]
 
-PERSISTENCE_ERROR_CAUSES = ("locked", "disk", "unknown")
+# What ``classify_persistence_error`` can answer, in the order its checks run.
+PERSISTENCE_ERROR_CAUSES = ("locked", "compression", "compression_closed", "turn_lease", "corrupt", "disk", "unknown")
+PersistenceErrorCause = Literal["locked", "compression", "compression_closed", "turn_lease", "corrupt", "disk", "unknown"]
 
 CLOSED_MESSAGE = "SessionDB is closed"
 
@@ -89,11 +94,15 @@ class CompressionSessionBusyError(RuntimeError):
 
 
 class SessionCompressionInProgressError(CompressionSessionBusyError):
-    """An append met another writer's live compression lease."""
+    """A compaction's compression lease was lost (``archive_and_compact(lock_holder=...)``).
 
-    def __init__(self, session_id: str) -> None:
+    Never retried: a lost lease is permanent. Appends no longer meet this
+    error; a compression lease does not hold them back.
+    """
+
+    def __init__(self, session_id: str, message: str | None = None) -> None:
         self.session_id = session_id
-        super().__init__(f"Session '{session_id}' is being compressed by another writer")
+        super().__init__(message or f"Session '{session_id}' is being compressed by another writer")
 
 
 class SessionTurnLeaseLostError(RuntimeError):
@@ -108,6 +117,23 @@ class SessionTurnLeaseLostError(RuntimeError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"Session turn lease lost; refusing transcript write for '{session_id}'")
+
+
+class SessionTurnTimeoutError(TimeoutError):
+    """:meth:`~hermes_state.SessionDB.session_turn` waited ``wait_seconds`` and the lease stayed held."""
+
+    def __init__(self, session_id: str, waited: float) -> None:
+        self.session_id = session_id
+        self.waited = waited
+        super().__init__(f"session_turn_lease_timeout:{session_id} (waited {waited:.1f}s for another turn to end)")
+
+
+class SessionTurnAbortedError(RuntimeError):
+    """:meth:`~hermes_state.SessionDB.session_turn` stopped waiting because ``should_abort()`` said so."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"waiting for the turn lease of session '{session_id}' was aborted")
 
 
 class CompressionSessionClosedError(RuntimeError):
@@ -248,15 +274,44 @@ def is_disk_full_error(exc: BaseException | None) -> bool:
     return False
 
 
-def classify_persistence_error(exc: BaseException | None) -> Literal["locked", "disk", "unknown"]:
-    """Return ``"locked"``, ``"disk"`` or ``"unknown"`` for a failed write."""
+# Lower-cased message fragments, checked in this order after the exception classes.
+_CAUSE_MARKERS: tuple[tuple[PersistenceErrorCause, tuple[str, ...]], ...] = (
+    ("turn_lease", ("turn lease",)),
+    ("compression_closed", ("closed by compression",)),
+    ("compression", ("being compressed", "compression lease")),
+    ("corrupt", ("malformed", "file is not a database", "not a database", "database corruption")),
+    ("locked", ("locked", "busy")),
+)
+
+
+def classify_persistence_error(exc: BaseException | None) -> PersistenceErrorCause:
+    """Return why a write failed: one of :data:`PERSISTENCE_ERROR_CAUSES`.
+
+    The first match wins: None is ``"unknown"``; then the store's own
+    classes (a lost turn lease, a session closed by compression, a busy or
+    lost compression lease, a damaged file, a lock wait past
+    ``lock_timeout``); then the message: "turn lease", "closed by
+    compression", "being compressed"/"compression lease", corruption
+    ("malformed", "not a database", ...), "locked"/"busy", and last a full
+    disk or "disk"/"readonly"/"read-only" (so "database disk image is
+    malformed" is ``"corrupt"``, not ``"disk"``). Anything else is ``"unknown"``.
+    """
     if exc is None:
         return "unknown"
+    if isinstance(exc, SessionTurnLeaseLostError):
+        return "turn_lease"
+    if isinstance(exc, CompressionSessionClosedError):
+        return "compression_closed"
     if isinstance(exc, CompressionSessionBusyError):
+        return "compression"
+    if isinstance(exc, DatabaseMalformedError):
+        return "corrupt"
+    if isinstance(exc, LockTimeoutError):
         return "locked"
     text = str(exc).lower()
-    if any(m in text for m in ("locked", "busy", "being compressed", "compression lease")):
-        return "locked"
+    for cause, markers in _CAUSE_MARKERS:
+        if any(m in text for m in markers):
+            return cause
     if is_disk_full_error(exc) or any(m in text for m in ("disk", "readonly", "read-only")):
         return "disk"
     return "unknown"

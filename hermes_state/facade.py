@@ -18,7 +18,7 @@ from .actor import WriterActor, WriterStoppedError
 from .backend import Backend
 from .commands.base import Command
 from .config import default_db_path
-from .errors import SessionCompressionInProgressError, StoreClosedError, locked_error
+from .errors import StoreClosedError, locked_error
 from .limits import finite_arg, int64_arg
 
 __all__ = ["StoreBase", "require_id", "opt_text", "flag_arg", "count_arg", "opt_number", "rows_size"]
@@ -30,8 +30,6 @@ _S = TypeVar("_S", bound="StoreBase")
 DEFAULT_PATIENCE = 20.0
 TRANSCRIPT_PATIENCE = 60.0
 ACTIVITY_PATIENCE = 0.5
-# How long an append waits for another writer's compression lease.
-COMPRESSION_GUARD_PATIENCE = 5.0
 
 
 # DSN prefixes the SQLite store refuses, pointing at the PostgreSQL entry point instead.
@@ -250,7 +248,6 @@ class StoreBase:
         elif self._closed or not self._opened or loop is not self._loop:  # else already open here: no await
             await self._ensure_open()
         started = loop.time()
-        guard_started: float | None = None
         while True:
             try:
                 return await self._actor.submit(command, size)
@@ -258,11 +255,6 @@ class StoreBase:
                 if self._closed:
                     raise StoreClosedError() from None
                 raise
-            except SessionCompressionInProgressError:
-                now = loop.time()
-                guard_started = guard_started if guard_started is not None else now
-                if now - guard_started >= COMPRESSION_GUARD_PATIENCE or now - started >= patience:
-                    raise
             except Exception as exc:
                 if not self._backend.is_busy_error(exc):
                     raise

@@ -1,7 +1,8 @@
 """Backend-neutral write rules every backend's handlers apply the same way.
 
-Pure functions on values already read from the database: which appends a
-session admits, when a compression lease's holder is gone, how a re-created
+Pure functions on values already read from the database: which transcript
+writes a session admits (turn-lease fence, closed by compression), when a
+turn lease may be taken over, when a compression lease's holder is gone, how a re-created
 session's ``model_config`` merges. Keeping them here makes SQLite and
 PostgreSQL answer identically.
 """
@@ -15,11 +16,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .commands.leases import TurnFence
 from .errors import (
     CompressionSessionClosedError,
-    SessionCompressionInProgressError,
     SessionNotFoundError,
+    SessionTurnLeaseLostError,
 )
+from .lease_host import is_local, process_is_gone
 
 __all__ = [
     "import_result",
@@ -28,7 +31,10 @@ __all__ = [
     "RESET_REASONS",
     "TITLE_RANK",
     "append_refusal",
+    "fence_holds",
+    "fence_renewal_due",
     "holder_process_is_dead",
+    "turn_lease_takeover",
     "like_escape",
     "merged_model_config",
     "numbered_titles",
@@ -75,34 +81,67 @@ def holder_process_is_dead(holder: str) -> bool:
         return False
 
 
-def append_refusal(
-    session_id: str,
-    exists: bool,
-    closed_by: str | None,
-    lease_holder: str | None,
-    holder: str | None,
-    *,
-    local_holders: bool = True,
-) -> BaseException | None:
-    """None when an append may go ahead, else the exception its caller gets.
+def fence_holds(fence: TurnFence | None, lease_holder: str | None, lease_token: int | None) -> bool:
+    """Whether a write carrying ``fence`` may go ahead against the conversation's lease row.
+
+    No fence: always. Otherwise the row must exist and name the fence's
+    holder and, when the fence carries one, its token. Expiry is not
+    checked here: an expired row nobody took over still belongs to its
+    holder, and the write renews it (see :func:`fence_renewal_due`).
+    """
+    if fence is None:
+        return True
+    if lease_holder is None or lease_holder != fence.holder:
+        return False
+    return fence.token is None or lease_token == fence.token
+
+
+def fence_renewal_due(fence: TurnFence | None, expires_at: float | None, now: float) -> bool:
+    """Whether an admitted fenced write must renew its (expired) lease to now + the fence's TTL."""
+    return fence is not None and expires_at is not None and expires_at <= now
+
+
+def append_refusal(session_id: str, exists: bool, closed_by: str | None, fence_ok: bool = True) -> BaseException | None:
+    """None when a transcript write may go ahead, else the exception its caller gets.
 
     ``closed_by`` is the end reason of an ended session (None while open);
-    ``lease_holder`` the holder of a live compression lease, if any.
-    ``local_holders`` says every holder runs on this machine, so a ``pid=``
-    holder whose process is gone blocks no one; a database shared by several
-    hosts passes False (a pid names nothing on another machine).
+    ``fence_ok`` the verdict of :func:`fence_holds`. The lease is judged
+    first (upstream's order): a stale writer learns it lost the turn before
+    anything about the session. A compression lease never refuses a write:
+    the compaction's watermark keeps rows written meanwhile.
     """
-    # Closed first: waiting out a lease on a session that can never take the
-    # append again would only delay the error that tells the caller where to go.
-    # A lease whose holder process is dead blocks no one.
+    if not fence_ok:
+        return SessionTurnLeaseLostError(session_id)
     if closed_by == "compression":
         return CompressionSessionClosedError(session_id)
-    if lease_holder is not None and lease_holder != holder:
-        if not (local_holders and holder_process_is_dead(lease_holder)):
-            return SessionCompressionInProgressError(session_id)
     if not exists:
         return SessionNotFoundError(session_id)
     return None
+
+
+def turn_lease_takeover(
+    holder: str,
+    exclusive: bool,
+    row_holder: str,
+    expires_at: float,
+    row_host: str | None,
+    row_pid: int | None,
+    row_started: int | None,
+    now: float,
+) -> str:
+    """What an acquire does with an existing lease row: ``"held"`` (re-entrant), ``"busy"`` or ``"take"``.
+
+    Re-entrant means the same holder from this very process (or a row that
+    records no process, as upstream writes them); the same holder string
+    from another process is somebody else. An expired row, or one whose
+    recorded process is gone (same host only, see ``lease_host``), is taken over.
+    """
+    if expires_at <= now or process_is_gone(row_host, row_pid, row_started):
+        return "take"
+    same_process = row_host is None or (is_local(row_host) and row_pid == os.getpid())
+    if row_holder == holder and same_process and not exclusive:
+        return "held"
+    return "busy"
 
 
 def merged_model_config(stored: str | None, given: str | None) -> str | None:

@@ -36,6 +36,7 @@ from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_t
 from .limits import NOT_JSON, check_json_value, int64_arg, json_text, parse_json_text
 from .methods.compression import CompressionMethods
 from .methods.health import HealthMethods
+from .methods.leases import TurnLeaseMethods, transcript_fence
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
 from .methods.search import SearchMethods
@@ -214,14 +215,20 @@ class CoreMethods(StoreBase):
         display_kind: str | None = None,
         display_metadata: dict[str, Any] | None = None,
         compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
     ) -> int:
         """Append one message; returns its row id once committed.
 
         Raises :class:`~hermes_state.SessionNotFoundError` for an unknown
-        session, :class:`~hermes_state.CompressionSessionClosedError` when the
-        session was closed by compression, and
-        :class:`~hermes_state.SessionCompressionInProgressError` when another
-        writer's compression lease stays live for more than 5 seconds.
+        session and :class:`~hermes_state.CompressionSessionClosedError` when
+        the session was closed by compression. With ``turn_lease_holder`` the
+        write is fenced: it raises :class:`~hermes_state.SessionTurnLeaseLostError`
+        (and stores nothing) unless that holder owns the conversation's turn
+        lease when the write's transaction runs; a lease of that holder that
+        expired without a takeover is renewed to now + ``turn_lease_ttl_seconds``.
+        A compression lease never holds an append back (``compression_lock_holder``
+        is accepted and unused): the compaction's watermark keeps it.
         """
         if (
             role.__class__ is str and content.__class__ is str and tool_name is None and tool_calls is None
@@ -241,11 +248,12 @@ class CoreMethods(StoreBase):
                 effect_disposition=effect_disposition, timestamp=timestamp, api_content=api_content,
                 display_kind=display_kind, display_metadata=display_metadata,
             )
+        opt_text(compression_lock_holder, "compression_lock_holder")
         command = AppendMessages(
             session_id=require_id(session_id),
             rows=(row,),
-            compression_lock_holder=opt_text(compression_lock_holder, "compression_lock_holder"),
             want_id=True,
+            fence=transcript_fence(turn_lease_holder, turn_lease_ttl_seconds),
         )
         return await self._write(command, patience=TRANSCRIPT_PATIENCE, size=rows_size(command.rows))
 
@@ -254,26 +262,33 @@ class CoreMethods(StoreBase):
         session_id: str,
         messages: list[dict[str, Any]],
         compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
         chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
     ) -> int:
         """Append message dicts in order, all-or-nothing per transaction; returns the rows written.
 
         With ``chunk_rows`` the list is written in consecutive transactions of
-        at most that many rows (earlier chunks stay committed if a later one fails).
+        at most that many rows (earlier chunks stay committed if a later one
+        fails), except when the write is fenced (``turn_lease_holder``, or a
+        :meth:`session_turn`): then the whole call is one transaction, so a
+        lost lease commits nothing of it. The parameter order is upstream's
+        since 2026-08: ``turn_lease_holder`` comes before ``chunk_rows``.
         """
         session_id = require_id(session_id)
-        holder = opt_text(compression_lock_holder, "compression_lock_holder")
+        opt_text(compression_lock_holder, "compression_lock_holder")
+        fence = transcript_fence(turn_lease_holder, turn_lease_ttl_seconds)
         if chunk_rows is not None:
             if int64_arg(chunk_rows, "chunk_rows") <= 0:
                 raise ValueError("chunk_rows must be positive")
         rows = encode_message_dicts(messages)
         if not rows:
             return 0
-        step = chunk_rows if chunk_rows is not None else len(rows)
+        step = chunk_rows if chunk_rows is not None and fence is None else len(rows)
         total = 0
         for start in range(0, len(rows), step):
             chunk = rows[start : start + step]
-            command = AppendMessages(session_id=session_id, rows=chunk, compression_lock_holder=holder)
+            command = AppendMessages(session_id=session_id, rows=chunk, fence=fence)
             total += await self._write(command, patience=TRANSCRIPT_PATIENCE, size=rows_size(chunk))
         return total
 
@@ -283,28 +298,39 @@ class CoreMethods(StoreBase):
         messages: list[dict[str, Any]],
         active_only: bool = False,
         archive_dropped: bool = False,
+        *,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
     ) -> None:
         """Replace the session's transcript and reset its counters to the new rows. Returns None.
 
         ``archive_dropped`` keeps the old rows on disk as inactive;
         ``active_only`` deletes only the active rows; otherwise all rows go.
+        ``turn_lease_holder`` fences the write as for :meth:`append_message`.
         """
         rows = encode_message_dicts(messages)
         command = ReplaceMessages(
-            session_id=require_id(session_id), rows=rows, active_only=bool(active_only), archive_dropped=bool(archive_dropped)
+            session_id=require_id(session_id), rows=rows, active_only=bool(active_only),
+            archive_dropped=bool(archive_dropped), fence=transcript_fence(turn_lease_holder, turn_lease_ttl_seconds),
         )
         await self._write(command, size=rows_size(rows))
 
-    async def pop_message(self, session_id: str) -> dict[str, Any] | None:
+    async def pop_message(
+        self, session_id: str, *, turn_lease_holder: str | None = None, turn_lease_ttl_seconds: float = 300.0
+    ) -> dict[str, Any] | None:
         """Delete the session's newest active message; returns it decoded (as ``get_messages`` would), or None.
 
         The row is chosen and deleted by one queued command, so concurrent
         pops remove distinct rows and never the same one twice. Counters drop
         by the row and its tool calls. An unknown or empty session returns
         None; the append guards apply (a session closed by compression raises
-        :class:`~hermes_state.CompressionSessionClosedError`).
+        :class:`~hermes_state.CompressionSessionClosedError`; a fenced pop
+        whose lease is lost raises :class:`~hermes_state.SessionTurnLeaseLostError`).
         """
-        return await self._write(PopMessage(session_id=require_id(session_id)), patience=TRANSCRIPT_PATIENCE)
+        command = PopMessage(
+            session_id=require_id(session_id), fence=transcript_fence(turn_lease_holder, turn_lease_ttl_seconds)
+        )
+        return await self._write(command, patience=TRANSCRIPT_PATIENCE)
 
     # ---------------------------------------------------------------------- usage
 
@@ -369,10 +395,13 @@ class CoreMethods(StoreBase):
         cache_write_tokens: int = 0,
         reasoning_tokens: int = 0,
         estimated_cost_usd: float | None = None,
+        api_call_count: int = 1,
     ) -> None:
-        """Add one auxiliary call (e.g. title generation) to the usage ledger. Returns None.
+        """Add an auxiliary task's usage (e.g. title generation) to the usage ledger. Returns None.
 
-        Session totals are not touched. Empty ``session_id`` or ``task`` is a no-op.
+        ``api_call_count`` is how many API calls the usage covers (checked
+        like the token counters). Session totals are not touched. Empty
+        ``session_id`` or ``task`` is a no-op.
         """
         if not session_id or not task:
             return
@@ -389,6 +418,7 @@ class CoreMethods(StoreBase):
             cache_write_tokens=count_arg(cache_write_tokens, "cache_write_tokens"),
             reasoning_tokens=count_arg(reasoning_tokens, "reasoning_tokens"),
             estimated_cost_usd=opt_number(estimated_cost_usd, "estimated_cost_usd"),
+            api_call_count=count_arg(api_call_count, "api_call_count"),
         )
         await self._write(command, patience=TRANSCRIPT_PATIENCE)
 
@@ -445,7 +475,12 @@ class CoreMethods(StoreBase):
         repair_alternation: bool = False,
         include_row_ids: bool = False,
     ) -> list[dict[str, Any]]:
-        """Return the transcript as OpenAI-style message dicts (``[]`` for an unknown session)."""
+        """Return the transcript as OpenAI-style message dicts (``[]`` for an unknown session).
+
+        ``include_ancestors`` puts the ancestors' rows first, walking parent
+        links up to a /branch session (truthy ``model_config._branched_from``),
+        which owns its transcript: a branch loads only its own rows.
+        """
         rows = await self._query(
             "conversation_rows", require_id(session_id), bool(include_ancestors), bool(include_inactive)
         )
@@ -462,6 +497,7 @@ class CoreMethods(StoreBase):
 
 
 class SessionDB(
+    TurnLeaseMethods,
     SearchMethods,
     CompressionMethods,
     TitleMethods,

@@ -376,6 +376,21 @@ def test_doctor_repair_on_a_healthy_file_does_nothing(built: Path) -> None:
     assert sorted(p.name for p in built.parent.iterdir()) == before
 
 
+async def test_doctor_repair_stops_after_three_failures_and_says_what_to_do(tmp_path: Path) -> None:
+    from .test_repair_ledger import cut_short, make_store
+
+    path = tmp_path / "cut.db"
+    await make_store(path)
+    cut_short(path)
+    for _ in range(3):
+        failed = run_cli(tmp_path, "--db", str(path), "doctor", "--repair")
+        assert failed.returncode == 1 and "salvage failed" in failed.stdout, failed.stdout + failed.stderr
+    refused = run_cli(tmp_path, "--db", str(path), "doctor", "--repair")
+    assert refused.returncode == 1
+    assert "repair refused:" in refused.stdout and "manual recovery is required" in refused.stdout
+    assert f'sqlite3 {path} ".recover"' in refused.stdout and f"{path}.repair-attempts.json" in refused.stdout
+
+
 # -------------------------------------------------------------- quickstart
 
 

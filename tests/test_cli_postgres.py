@@ -38,6 +38,9 @@ async def test_info_on_postgres(tmp_path: Path, pg_dsn: str, pg_url: str) -> Non
     assert doctor["ok"] is True and {c["check"]: c["status"] for c in doctor["checks"]}["schema"] == "ok"
     human = run_cli(tmp_path, "--db", pg_url, "info")
     assert human.returncode == 0 and "backend postgres" in human.stdout and "server_version" in human.stdout
+    # Current upstream's URL form works too (the driver stays asyncpg).
+    psycopg_url = "postgresql+psycopg://" + pg_dsn.split("://", 1)[1] + "&connect_timeout=5"
+    assert run_json(tmp_path, "--db", psycopg_url, "info")["messages"] == 2
 
 
 async def test_copy_sqlite_to_postgres_to_sqlite_verified(tmp_path: Path, pg_url: str) -> None:

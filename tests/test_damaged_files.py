@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_state import DatabaseMalformedError, SessionDB, repair_state_db_schema
+from hermes_state import DatabaseMalformedError, SessionDB, classify_persistence_error, repair_state_db_schema
 from hermes_state.sqlite.driver import driver_module
 
 ROWS = 400
@@ -75,6 +75,7 @@ def remedy_named(exc: BaseException) -> None:
     text = str(exc)
     assert "repair_state_db_schema" in text and "doctor --repair" in text
     assert "malformed" in text
+    assert classify_persistence_error(exc) == "corrupt"
 
 
 async def test_damaged_page_stops_writes_and_repair_salvages_the_rest(db_path: Path) -> None:

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-import time
 
 import pytest
 
-from hermes_state import CompressionSessionClosedError, SessionCompressionInProgressError
-from hermes_state.commands import AppendMessages, ReplaceMessages, SetMeta
+from hermes_state import CompressionSessionClosedError, SessionTurnLeaseLostError
+from hermes_state.commands import AppendMessages, ReplaceMessages, SetMeta, TurnFence
 from hermes_state.encoding import encode_message_dicts
 from hermes_state.postgres import SessionDB
-from hermes_state.postgres.lease_host import LOCAL_HOST
 
-from .postgres_support import schema_connect
 
 pytestmark = pytest.mark.backends("postgres")
 
@@ -61,45 +56,27 @@ async def test_a_clean_batch_commits_in_one_attempt(pg_dsn: str) -> None:
         assert [await db.message_count(sid) for sid in ("a", "b")] == [2, 1]
 
 
-def _dead_local_holder() -> str:
-    """A ``pid=`` holder naming a process of this machine that has exited (and been reaped)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return f"pid={proc.pid}:task=t:agent=a:nonce=n"
-
-
-async def _put_lease(pg_dsn: str, session_id: str, holder: str) -> None:
-    """A live-by-time lease row written from this process table (so its pid is judged here)."""
-    conn = await schema_connect(pg_dsn)
-    try:
-        await conn.execute(
-            "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at, holder_host) "
-            "VALUES ($1, $2, $3, $4, $5)",
-            session_id, holder, time.time(), time.time() + 600, LOCAL_HOST,
-        )
-    finally:
-        await conn.close()
-
-
-async def test_a_run_with_a_dead_holders_lease_keeps_command_order(pg_dsn: str) -> None:
+async def test_a_run_with_fenced_and_refused_appends_keeps_command_order(pg_dsn: str) -> None:
+    """One statement judges every fence of a run: refused commands insert nothing, the rest keep their order."""
     async with SessionDB(pg_dsn) as db:
         for sid in ("s", "t", "u"):
             await db.create_session(sid, "cli")
-        await _put_lease(pg_dsn, "s", _dead_local_holder())
-        await _put_lease(pg_dsn, "u", "pid=1:task=t:agent=a:nonce=n")  # pid 1 lives: the lease holds
+        assert await db.try_acquire_session_turn_lease("s", "worker-a")
+        assert await db.try_acquire_session_turn_lease("u", "worker-b")
+        mine, theirs = TurnFence(holder="worker-a"), TurnFence(holder="worker-a", token=10**12)
         one = encode_message_dicts([{"role": "user", "content": "1"}])
         two = encode_message_dicts([{"role": "user", "content": "2"}, {"role": "assistant", "content": "3"}])
         commands = [
-            AppendMessages(session_id="s", rows=one, want_id=True),  # past the dead holder's lease
+            AppendMessages(session_id="s", rows=one, want_id=True, fence=mine),
             AppendMessages(session_id="t", rows=two),
-            AppendMessages(session_id="u", rows=one),  # refused by the live lease
-            AppendMessages(session_id="s", rows=two, want_id=True),
-            AppendMessages(session_id="u", rows=two, compression_lock_holder="pid=1:task=t:agent=a:nonce=n"),
+            AppendMessages(session_id="u", rows=one, fence=mine),  # worker-b holds u
+            AppendMessages(session_id="s", rows=two, want_id=True, fence=mine),
+            AppendMessages(session_id="s", rows=one, fence=theirs),  # right holder, another token
+            AppendMessages(session_id="u", rows=two),  # unfenced: never refused by a lease
         ]
         outcomes = await db._backend.apply_batch(commands)  # type: ignore[attr-defined]
-        assert [ok for ok, _ in outcomes] == [True, True, False, True, True]
-        assert type(outcomes[2][1]) is SessionCompressionInProgressError
-        assert outcomes[1][1] == 2 and outcomes[4][1] == 2
+        assert [ok for ok, _ in outcomes] == [True, True, False, True, False, True]
+        assert type(outcomes[2][1]) is SessionTurnLeaseLostError and type(outcomes[4][1]) is SessionTurnLeaseLostError
         rows = await db.get_messages("s")
         assert [m["content"] for m in rows] == ["1", "2", "3"]
         assert [outcomes[0][1], outcomes[3][1]] == [rows[0]["id"], rows[2]["id"]]

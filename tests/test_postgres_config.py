@@ -136,3 +136,122 @@ async def test_profile_is_captured_at_construction(pg_dsn: str, tmp_path: Path, 
         assert db._backend.pg_config.pool_size == 2  # type: ignore[attr-defined]
     finally:
         await db.close()
+
+
+# ------------------------------------------- libpq/psycopg spellings (upstream 2026-08)
+
+
+def test_psycopg_keys_map_onto_asyncpg() -> None:
+    config = parse_postgres_config({"connect_args": {
+        "connect_timeout": 7, "application_name": "worker-1", "prepare_threshold": None,
+        "options": r"-c statement_timeout=60000 --lock-timeout=5000 -csearch_path=a\ b",
+        "server_settings": {"work_mem": "8MB"},
+    }})
+    assert config.connect_args == ConnectArgs(
+        timeout=7.0, statement_cache_size=0,
+        server_settings={"work_mem": "8MB", "statement_timeout": "60000", "lock_timeout": "5000",
+                         "search_path": "a b", "application_name": "worker-1"},
+    )
+    # A count keeps prepared statements on: asyncpg prepares on first use and caches (its default).
+    assert parse_postgres_config({"connect_args": {"prepare_threshold": 5}}).connect_args == ConnectArgs()
+    assert parse_postgres_config({"connect_args": {"prepare_threshold": 0}}).connect_args == ConnectArgs()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"connect_timeout": 0}, "connect_args.connect_timeout must be >= 1"),
+        ({"connect_timeout": 2.5}, "connect_args.connect_timeout must be an integer"),
+        ({"connect_timeout": "5"}, "connect_args.connect_timeout must be an integer"),
+        ({"connect_timeout": True}, "connect_args.connect_timeout must be an integer"),
+        ({"prepare_threshold": -1}, "connect_args.prepare_threshold must be >= 0"),
+        ({"prepare_threshold": "off"}, "connect_args.prepare_threshold must be an integer"),
+        ({"application_name": 5}, "connect_args.application_name must be a string"),
+        ({"options": ["-c", "x=1"]}, "connect_args.options must be a string"),
+        ({"options": "-B 100"}, "connect_args.options: '-B' is not a -c name=value or --name=value setting"),
+        ({"options": "-c"}, "connect_args.options: -c needs a name=value"),
+        ({"options": "-c statement_timeout"}, "connect_args.options: 'statement_timeout' is not name=value"),
+        ({"options": "-c bad name=1"}, "connect_args.options: 'bad' is not name=value"),
+        ({"options": "-c x=1\\"}, "unfinished backslash escape"),
+        ({"options": "-c default_transaction_read_only=off"}, "sets default_transaction_read_only, which is controlled by read_only"),
+        ({"autocommit": True}, "connect_args contains unsupported key\\(s\\): autocommit"),
+        ({"row_factory": "dict_row", "cursor_factory": "x"}, "unsupported key\\(s\\): cursor_factory, row_factory"),
+        ({"connect_timeout": 5, "timeout": 5}, "connect_timeout and database.postgres.connect_args.timeout set the same"),
+        ({"prepare_threshold": None, "statement_cache_size": 10}, "prepare_threshold and .*statement_cache_size"),
+        ({"application_name": "a", "server_settings": {"application_name": "b"}},
+         "connect_args.application_name and .*server_settings.application_name"),
+        ({"options": "-c lock_timeout=1", "server_settings": {"lock_timeout": "2"}},
+         "connect_args.options and .*server_settings.lock_timeout"),
+        ({"options": "-c application_name=a", "application_name": "b"}, "application_name is also set in"),
+    ],
+)
+def test_bad_psycopg_keys_name_the_key(args: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_postgres_config({"connect_args": args})
+
+
+def test_url_parameters_are_the_base_the_config_overrides() -> None:
+    from hermes_state.postgres.dsn import asyncpg_dsn, url_connect_kwargs
+
+    url = "postgresql+psycopg://u@h/db?sslmode=disable&connect_timeout=9&options=-c%20lock_timeout%3D3%20-c%20work_mem%3D4MB"
+    assert asyncpg_dsn(url) == "postgresql://u@h/db?sslmode=disable"
+    base = url_connect_kwargs(url)
+    assert base == {"timeout": 9.0, "server_settings": {"lock_timeout": "3", "work_mem": "4MB"}}
+    config = parse_postgres_config({"connect_args": {"connect_timeout": 2, "options": "-c lock_timeout=1"}})
+    assert config.connect_kwargs(read_only=True, base=base) == {
+        "timeout": 2.0,
+        "server_settings": {"lock_timeout": "1", "work_mem": "4MB", "default_transaction_read_only": "on"},
+    }
+    assert asyncpg_dsn("postgresql+asyncpg://u@h/db?search_path=s") == "postgresql://u@h/db?search_path=s"
+
+
+async def _show(conn: Any, *names: str) -> list[str]:
+    return [await conn.fetchval(f"SHOW {name}") for name in names]
+
+
+async def test_psycopg_url_and_keys_reach_every_connection(pg_dsn: str, hermes_home: Path) -> None:
+    # Timeouts long enough not to fire: the schema step waits on an advisory lock every test's store shares.
+    url = "postgresql+psycopg://" + pg_dsn.split("://", 1)[1] + "&connect_timeout=5&options=-c%20lock_timeout%3D54321"
+    _write(hermes_home, {"connect_args": {
+        "connect_timeout": 10, "application_name": "hermes-libpq", "prepare_threshold": None,
+        "options": "-c statement_timeout=65432",
+    }})
+    db = SessionDB(url)
+    try:
+        await db.create_session("s", "cli")
+        for i in range(3):
+            await db.append_message("s", "user", f"turn {i}")
+            assert len(await db.get_messages("s")) == i + 1
+        backend = db._backend  # type: ignore[attr-defined]
+        assert db.db_path.startswith("postgresql+psycopg://")
+        expected = ["65432ms", "54321ms", "hermes-libpq", "off"]
+        assert await _show(backend._writer_conn, "statement_timeout", "lock_timeout", "application_name",
+                           "default_transaction_read_only") == expected
+        async with backend.pool.acquire() as conn:
+            assert await _show(conn, "statement_timeout", "lock_timeout", "application_name",
+                               "default_transaction_read_only") == expected
+            # prepare_threshold: null -> no named prepared statements on the connection.
+            assert await conn.fetch("SELECT name FROM pg_prepared_statements") == []
+    finally:
+        await db.close()
+    reader = SessionDB(url, read_only=True)
+    try:
+        assert [m["content"] for m in await reader.get_messages("s")] == ["turn 0", "turn 1", "turn 2"]
+        async with reader._backend.pool.acquire() as conn:  # type: ignore[attr-defined]
+            assert await _show(conn, "default_transaction_read_only", "statement_timeout") == ["on", "65432ms"]
+    finally:
+        await reader.close()
+
+
+async def test_prepared_statements_stay_on_without_prepare_threshold_null(pg_dsn: str, hermes_home: Path) -> None:
+    _write(hermes_home, {"connect_args": {"prepare_threshold": 5}})
+    db = SessionDB("postgresql+psycopg://" + pg_dsn.split("://", 1)[1])
+    try:
+        await db.create_session("s", "cli")
+        await db.append_message("s", "user", "hi")
+        for _ in range(3):
+            await db.get_messages("s")
+        async with db._backend.pool.acquire() as conn:  # type: ignore[attr-defined]
+            assert await conn.fetch("SELECT name FROM pg_prepared_statements") != []
+    finally:
+        await db.close()

@@ -11,6 +11,7 @@ import pytest
 
 from hermes_state import SessionDB, StoreClosedError
 from hermes_state.commands.usage import UpdateTokenCounts
+from hermes_state.limits import INT64_MAX
 from hermes_state.methods.usage import coalesce_token_deltas
 from hermes_state.sqlite.driver import driver_module
 from tests.raw_sql import fetch_rows, is_postgres, raw_exec
@@ -234,3 +235,30 @@ async def test_concurrent_producers_and_auxiliary_usage(store: SessionDB) -> Non
     rows = await ledger(store)
     assert ("s0", "small", "", "title", 1, 3, 0, pytest.approx(0.01)) in rows
     assert sum(1 for r in rows if r[3] == "") == 5
+
+
+async def test_auxiliary_usage_stores_its_api_call_count(store: SessionDB) -> None:
+    """``record_auxiliary_usage(api_call_count=)`` (upstream 2026-08) is stored on both backends (upstream's PG kept 1)."""
+    await store.record_auxiliary_usage("s", "title", model="small", input_tokens=3)  # the default is one call
+    await store.record_auxiliary_usage("s", "title", model="small", input_tokens=4, api_call_count=5)
+    await store.record_auxiliary_usage("s", "compress", model="small", output_tokens=2, api_call_count=0)
+    rows = await ledger(store)
+    assert ("s", "small", "", "title", 6, 7, 0, 0.0) in rows
+    assert ("s", "small", "", "compress", 0, 0, 2, 0.0) in rows
+    session = await store.get_session("s") or {}
+    assert (session["api_call_count"], session["input_tokens"]) == (0, 0)  # session totals untouched
+    for _ in range(2):
+        await store.record_auxiliary_usage("s", "vision", model="v", api_call_count=INT64_MAX)
+    assert [r[4] for r in await ledger(store) if r[3] == "vision"] == [INT64_MAX]  # saturates like the others
+
+
+async def test_auxiliary_api_call_count_is_checked_at_the_call_site(store: SessionDB) -> None:
+    bad_values: list[tuple[Any, type[Exception]]] = [
+        ("5", TypeError), (2.0, TypeError), (True, TypeError), (INT64_MAX + 1, ValueError),
+    ]
+    for bad, error in bad_values:
+        with pytest.raises(error, match="api_call_count"):
+            await store.record_auxiliary_usage("s", "title", api_call_count=bad)  # type: ignore[arg-type]
+    assert await store.get_session("s") is None  # nothing was queued
+    await store.record_auxiliary_usage("", "title", api_call_count=3)  # blank ids stay a no-op
+    assert await ledger(store) == []

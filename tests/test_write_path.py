@@ -340,6 +340,7 @@ def test_lone_append_guard_gives_the_batch_guards_verdict(tmp_path: Path) -> Non
     """The one-query guard of a lone append refuses exactly what ``append_verdicts`` refuses, with the same error."""
     import time
 
+    from hermes_state.commands.leases import TurnFence
     from hermes_state.commands.messages import AppendMessages
     from hermes_state.sqlite.handlers.common import append_verdicts
     from hermes_state.sqlite.handlers.messages import append_messages
@@ -350,38 +351,54 @@ def test_lone_append_guard_gives_the_batch_guards_verdict(tmp_path: Path) -> Non
         conn.executescript(SCHEMA_SQL)
         now = time.time()
         sessions = {"open": (None, None), "ended": (now, "user"), "compressed": (now, "compression"), "missing": None}
-        leases = {"none": None, "other": ("worker-b", now + 60), "mine": ("worker-a", now + 60),
-                  "expired": ("worker-b", now - 60)}
+        leases = {"none": None, "other": ("worker-b", 1, now + 60), "mine": ("worker-a", 1, now + 60),
+                  "mine-expired": ("worker-a", 1, now - 60), "mine-old-token": ("worker-a", 2, now + 60)}
+        fences = (None, TurnFence(holder="worker-a"), TurnFence(holder="worker-a", token=1))
         seen = set()
         for state, ended in sessions.items():
             for lease, held in leases.items():
-                for holder in (None, "worker-a"):
-                    conn.execute("BEGIN")
-                    if ended is not None:
-                        conn.execute(
-                            "INSERT INTO sessions (id, source, started_at, ended_at, end_reason) VALUES ('s', 't', 0, ?, ?)",
-                            ended,
-                        )
-                    if held is not None:
-                        conn.execute(
-                            "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at) VALUES ('s', ?, 0, ?)",
-                            held,
-                        )
-                    expected = append_verdicts(conn, [("s", holder)], time.time())[("s", holder)]
+                for fence in fences:
+                    case = (state, lease, fence)
+
+                    def arrange(ended: Any = ended, held: Any = held) -> None:
+                        conn.execute("BEGIN")
+                        if ended is not None:
+                            conn.execute(
+                                "INSERT INTO sessions (id, source, started_at, ended_at, end_reason, conversation_id) "
+                                "VALUES ('s', 't', 0, ?, ?, 's')",
+                                ended,
+                            )
+                        if held is not None:
+                            conn.execute(
+                                "INSERT INTO session_turn_leases (conversation_id, holder, token, acquired_at, expires_at) "
+                                "VALUES ('s', ?, ?, 0, ?)",
+                                held,
+                            )
+
+                    def renewed() -> bool:
+                        row = conn.execute("SELECT expires_at FROM session_turn_leases").fetchone()
+                        return row is not None and row[0] > now
+
+                    arrange()
+                    expected = append_verdicts(conn, [("s", fence)], time.time())[("s", fence)]
+                    batch_renewed = renewed()
+                    conn.execute("ROLLBACK")
+                    arrange()
                     command = AppendMessages(
-                        session_id="s", rows=(encode_text_turn("user", "hi"),), compression_lock_holder=holder, want_id=True
+                        session_id="s", rows=(encode_text_turn("user", "hi"),), want_id=True, fence=fence
                     )
                     try:
                         got: BaseException | None = None
                         append_messages(conn, command)
                     except Exception as exc:  # noqa: BLE001 - compared below
                         got = exc
+                    assert renewed() == batch_renewed, case
+                    if fence is not None and held is not None and expected is None:
+                        assert batch_renewed, case  # an admitted fence renews its expired lease
                     conn.execute("ROLLBACK")
-                    case = (state, lease, holder)
                     assert type(got) is type(expected), case
                     assert str(got) == str(expected), case
                     seen.add(type(expected).__name__)
-        assert seen == {"NoneType", "SessionNotFoundError", "CompressionSessionClosedError",
-                        "SessionCompressionInProgressError"}
+        assert seen == {"NoneType", "SessionNotFoundError", "CompressionSessionClosedError", "SessionTurnLeaseLostError"}
     finally:
         conn.close()

@@ -202,6 +202,8 @@ async def run_doctor(args: argparse.Namespace) -> int:
         if repair is not None:
             if repair.get("note"):
                 print(f"repair: {repair['note']}")
+            elif repair.get("refused"):
+                print(f"repair refused: {repair['error']}")
             else:
                 print(f"repair: backup at {repair['backup']}; steps: {', '.join(repair['steps']) or 'none'}; "
                       f"integrity now: {repair['integrity']}")

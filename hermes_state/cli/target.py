@@ -18,7 +18,7 @@ from .errors import NOT_FOUND, CliError
 
 __all__ = ["Target", "parse_target", "redact", "open_store", "InspectionSessionDB"]
 
-POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
+POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg", "postgresql+psycopg")
 SQLITE_HEADER = b"SQLite format 3\x00"
 _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
 _QUERY_PASSWORD = re.compile(r"((?:password|passwd|pwd)=)([^&\s]+)", re.IGNORECASE)

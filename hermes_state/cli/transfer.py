@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -12,6 +11,7 @@ from typing import IO, Any, Callable
 
 import msgspec
 
+from ..private_files import replaced_atomically
 from .errors import FAILURE, NOT_FOUND, OK, USAGE, CliError
 from .output import print_json, progress
 from .argtypes import non_negative
@@ -85,16 +85,8 @@ async def run_export(args: argparse.Namespace) -> int:
             target = Path(args.output)
             if target.is_dir():
                 raise CliError(f"{target} is a directory")
-            temp = target.with_name(f".{target.name}.{os.getpid()}.partial")
-            try:
-                with open(temp, "wb") as out:
-                    report = await _export(db, args, out)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(temp, target)
-            except BaseException:
-                temp.unlink(missing_ok=True)
-                raise
+            with replaced_atomically(target, private=False, tag="partial") as out:
+                report = await _export(db, args, out)
     summary = f"exported {report['sessions']} session(s), {report['messages']} message(s)"
     if args.output != "-":
         if args.json:

@@ -13,6 +13,7 @@ import pkgutil
 from typing import Any, Union
 
 from .base import Command
+from .leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, TurnFence
 from .messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
 from .meta import SetMeta
 from .sessions import (
@@ -45,6 +46,10 @@ AnyCommand: Any = Union[tuple(_concrete(Command))]  # type: ignore[valid-type]
 __all__ = [
     "AnyCommand",
     "Command",
+    "AcquireTurnLease",
+    "RefreshTurnLease",
+    "ReleaseTurnLease",
+    "TurnFence",
     "AppendMessages",
     "MessageRow",
     "PopMessage",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from .base import Command
+from .leases import TurnFence
 from .messages import MessageRow
 
 # The two per-session integers the compressor keeps between turns.
@@ -42,12 +43,19 @@ class ArchiveAndCompact(Command, frozen=True):
     """Archive the active transcript (``active=0, compacted=1``) and insert ``rows`` in its place.
 
     ``model_config_patch`` is JSON text of an object: each key is set, or
-    removed when its value is null. Resolves to the number of rows inserted.
+    removed when its value is null. With ``watermark``, active rows with a
+    larger id (appended while the summary was written) are archived too and
+    cloned after ``rows``. With ``lock_holder``, the session's compression
+    lease must still be that holder's and live. Resolves to the number of
+    rows inserted (summary plus cloned tail).
     """
 
     session_id: str
     rows: tuple[MessageRow, ...]
     model_config_patch: str | None = None
+    watermark: int | None = None
+    lock_holder: str | None = None
+    fence: TurnFence | None = None
 
 
 class PublishCompressionChild(Command, frozen=True):
@@ -65,6 +73,10 @@ class PublishCompressionChild(Command, frozen=True):
     profile_name: str | None = None
     compression_lock_holder: str | None = None
     require_compression_lease: bool = True
+    # The parent's active rows above ``watermark`` (and at most ``watermark_ceiling``) are cloned into the child.
+    watermark: int | None = None
+    watermark_ceiling: int | None = None
+    fence: TurnFence | None = None
 
 
 class ReopenOrphanedCompressionSession(Command, frozen=True):
@@ -108,6 +120,7 @@ class RewindToMessage(Command, frozen=True):
 
     session_id: str
     target_message_id: int
+    fence: TurnFence | None = None
 
 
 class RestoreRewound(Command, frozen=True):

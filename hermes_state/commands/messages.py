@@ -7,6 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from .base import Command
+from .leases import TurnFence
 
 # What the ``content`` column may hold after encoding: str, bytes or None (see
 # hermes_state.encoding). msgspec cannot decode a union of str and bytes, so
@@ -46,16 +47,18 @@ class MessageRow(msgspec.Struct, frozen=True, array_like=True):
 
 
 class AppendMessages(Command, frozen=True):
-    """Append rows to a session after the lease and closed-by-compression guards.
+    """Append rows to a session after the turn-lease fence and the closed-by-compression guard.
 
     Resolves to the id of the last inserted row when ``want_id`` is set
-    (``append_message``), else to the number of rows inserted.
+    (``append_message``), else to the number of rows inserted. A compression
+    lease never holds an append back (the compaction's watermark keeps rows
+    appended meanwhile).
     """
 
     session_id: str
     rows: tuple[MessageRow, ...]
-    compression_lock_holder: str | None = None
     want_id: bool = False
+    fence: TurnFence | None = None
 
 
 class ReplaceMessages(Command, frozen=True):
@@ -65,6 +68,7 @@ class ReplaceMessages(Command, frozen=True):
     rows: tuple[MessageRow, ...]
     active_only: bool = False
     archive_dropped: bool = False
+    fence: TurnFence | None = None
 
 
 class PopMessage(Command, frozen=True):
@@ -76,3 +80,4 @@ class PopMessage(Command, frozen=True):
     """
 
     session_id: str
+    fence: TurnFence | None = None

@@ -33,7 +33,7 @@ class UpdateTokenCounts(Command, frozen=True):
 
 
 class RecordAuxiliaryUsage(Command, frozen=True):
-    """Add one auxiliary-task call to the per-model ledger only."""
+    """Add an auxiliary task's calls and tokens to the per-model ledger only."""
 
     session_id: str
     task: str
@@ -47,6 +47,7 @@ class RecordAuxiliaryUsage(Command, frozen=True):
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
     estimated_cost_usd: float | None = None
+    api_call_count: int = 1
 
 
 class ApplyTokenDeltas(Command, frozen=True):

@@ -27,6 +27,7 @@ from ..encoding import encode_message_dicts, hashed_prompt
 from ..errors import DatabaseError
 from ..facade import StoreBase, opt_number, opt_text, require_id, rows_size
 from ..limits import finite_arg, int64_arg, json_text
+from .leases import transcript_fence
 
 __all__ = ["CompressionMethods"]
 
@@ -125,25 +126,54 @@ class CompressionMethods(StoreBase):
 
     # -------------------------------------------------------------- compaction
 
+    async def get_active_message_watermark(self, session_id: str) -> int:
+        """Return the id of the session's newest active message (0 for none, an unknown or an empty id).
+
+        Read it before a slow summary call and hand it to
+        :meth:`archive_and_compact` (``watermark=``) or
+        :meth:`publish_compression_child` (``watermark=``/``watermark_ceiling=``):
+        rows appended after it are then kept after the summary instead of lost.
+        """
+        if _blank(session_id, "session_id"):
+            return 0
+        return int(await self._query("active_message_watermark", session_id))
+
     async def archive_and_compact(
         self,
         session_id: str,
         compacted_messages: list[dict[str, Any]],
         model_config_patch: dict[str, Any] | None = None,
+        watermark: int | None = None,
+        lock_holder: str | None = None,
+        *,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
     ) -> int:
-        """Compact the transcript in place; returns ``len(compacted_messages)``.
+        """Compact the transcript in place; returns the rows inserted (summary plus any cloned tail).
 
         In one transaction the active rows become archived (``active=0,
         compacted=1``, still searchable), the given messages are inserted as
-        the new active transcript and the counters are reset to them. A
-        ``model_config_patch`` sets each key (None removes it); with a patch
-        an unknown session raises ``RuntimeError("Session not found: <id>")``.
-        The caller is expected to hold the compression lease.
+        the new active transcript and the counters are reset to them. With
+        ``watermark`` (from :meth:`get_active_message_watermark`, read before
+        the summary was made), the active rows appended after it are archived
+        too and cloned after the summary, so nothing written meanwhile is
+        lost; ``watermark=None`` archives everything as before. With
+        ``lock_holder``, :class:`~hermes_state.SessionCompressionInProgressError`
+        is raised at once (nothing changes) unless that holder's compression
+        lease is still live. A ``model_config_patch`` sets each key (None
+        removes it); with a patch an unknown session raises
+        ``RuntimeError("Session not found: <id>")``. ``turn_lease_holder``
+        fences the write as for :meth:`append_message`.
         """
         session_id = require_id(session_id)
         patch = None if model_config_patch is None else _json_object(model_config_patch, "model_config_patch")
+        mark = None if watermark is None else _row_id(watermark, "watermark")
+        holder = opt_text(lock_holder, "lock_holder")
         rows = encode_message_dicts(compacted_messages, dump_sidecars=True)
-        command = ArchiveAndCompact(session_id=session_id, rows=rows, model_config_patch=patch)
+        command = ArchiveAndCompact(
+            session_id=session_id, rows=rows, model_config_patch=patch, watermark=mark, lock_holder=holder,
+            fence=transcript_fence(turn_lease_holder, turn_lease_ttl_seconds),
+        )
         return await self._write(command, size=rows_size(rows))
 
     async def publish_compression_child(
@@ -160,17 +190,30 @@ class CompressionMethods(StoreBase):
         profile_name: str | None = None,
         compression_lock_holder: str | None = None,
         require_compression_lease: bool = True,
+        watermark: int | None = None,
+        watermark_ceiling: int | None = None,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
     ) -> None:
         """Continue the conversation in a new child session and end the parent. Returns None.
 
         Atomic: the child row (identity and workspace copied from the
         parent), its transcript and the parent's end (reason
-        ``compression``) commit together. Raises
-        :class:`~hermes_state.CompressionSessionBusyError` when the lease is
-        not held by ``compression_lock_holder`` (unless
+        ``compression``) commit together. With ``watermark``, the parent's
+        active rows above it (and at most ``watermark_ceiling``, read just
+        before the compressor flushed its own rows, which the handoff already
+        holds) are cloned into the child after the handoff; the parent keeps
+        them. Rows someone else appends after the ceiling was read stay only
+        in the ended parent: fence the turn (``turn_lease_holder``) to rule
+        that out. Raises :class:`~hermes_state.CompressionSessionBusyError`
+        when the lease is not held by ``compression_lock_holder`` (unless
         ``require_compression_lease=False``), ``RuntimeError`` for an empty
-        handoff or a missing or already ended parent.
+        handoff or a missing or already ended parent, and
+        :class:`~hermes_state.SessionTurnLeaseLostError` for a lost turn lease.
         """
+        watermark = None if watermark is None else _row_id(watermark, "watermark")
+        watermark_ceiling = None if watermark_ceiling is None else _row_id(watermark_ceiling, "watermark_ceiling")
+        fence = transcript_fence(turn_lease_holder, turn_lease_ttl_seconds)
         if not messages:
             raise RuntimeError("Compression child handoff must not be empty")
 
@@ -194,6 +237,9 @@ class CompressionMethods(StoreBase):
             profile_name=opt_text(profile_name, "profile_name"),
             compression_lock_holder=opt_text(compression_lock_holder, "compression_lock_holder"),
             require_compression_lease=bool(require_compression_lease),
+            watermark=watermark,
+            watermark_ceiling=watermark_ceiling,
+            fence=fence,
         )
         await self._write(command, size=rows_size(rows))
 
@@ -242,7 +288,12 @@ class CompressionMethods(StoreBase):
         return value
 
     async def get_resume_message_count(self, session_id: str) -> int:
-        """Return how many active rows a full resume loads (the session plus all its ancestors)."""
+        """Return how many active rows a full resume loads: exactly the rows :meth:`get_resume_conversations` reads.
+
+        Those are the session's and its ancestors', except that the walk
+        stops at a /branch session (truthy ``model_config._branched_from``):
+        a branch owns its transcript, so its parent's rows are not counted.
+        """
         return await self._query("resume_message_count", require_id(session_id))
 
     async def assert_resume_safe(self, session_id: str, max_messages: int | None = None) -> int:
@@ -250,7 +301,8 @@ class CompressionMethods(StoreBase):
 
         ``max_messages`` defaults to config ``sessions.max_resume_messages``
         (20000); 0 disables the guard. Returns the number of active rows a
-        resume loads (bounded by the limit when there is one).
+        resume loads (bounded by the limit when there is one), counted as
+        :meth:`get_resume_message_count` counts them.
         """
         session_id = require_id(session_id)
         limit = await self._resume_limit(max_messages)
@@ -263,8 +315,9 @@ class CompressionMethods(StoreBase):
 
         ``model_history`` is the session's own active transcript with the
         alternation repair; ``display_history`` is the whole ancestor chain
-        with replayed user turns dropped. Both carry ``_row_id``. Enforces
-        :meth:`assert_resume_safe` first.
+        with replayed user turns dropped, up to and including the nearest
+        /branch session (a branch owns its transcript: its parent's rows are
+        not shown). Both carry ``_row_id``. Enforces :meth:`assert_resume_safe` first.
         """
         session_id = require_id(session_id)
         rows = await self._query("resume_rows", session_id, await self._resume_limit(None))
@@ -274,7 +327,10 @@ class CompressionMethods(StoreBase):
         return model, display
 
     async def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
-        """Return the display messages that come from the session's ancestors only (no ``_row_id``)."""
+        """Return the display messages that come from the session's ancestors only (no ``_row_id``).
+
+        ``[]`` for a /branch session, which owns its transcript.
+        """
         session_id = require_id(session_id)
         rows = await self._query("resume_rows", session_id, 0)
         ancestors = [row for row in rows if row["session_id"] != session_id]
@@ -395,7 +451,14 @@ class CompressionMethods(StoreBase):
 
     # ------------------------------------------------------------------ rewind
 
-    async def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+    async def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> dict[str, Any]:
         """Hide a user message and everything after it; returns ``{rewound_count, target_message, new_head_id}``.
 
         ``target_message`` is the decoded row as it was before the rewind
@@ -403,9 +466,11 @@ class CompressionMethods(StoreBase):
         reference), ``new_head_id`` the newest row still active (None when none is).
         Raises ``ValueError`` when the id is not in the session or is not a
         user message. The counters are not changed; ``rewind_count`` grows by one.
+        ``turn_lease_holder`` fences the write as for :meth:`append_message`.
         """
         command = RewindToMessage(
-            session_id=require_id(session_id), target_message_id=_row_id(target_message_id, "target_message_id")
+            session_id=require_id(session_id), target_message_id=_row_id(target_message_id, "target_message_id"),
+            fence=transcript_fence(turn_lease_holder, turn_lease_ttl_seconds),
         )
         return await self._write(command)
 

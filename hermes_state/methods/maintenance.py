@@ -1,9 +1,11 @@
 """Deletion, pruning, archiving, export/import and storage maintenance.
 
 Retention
-    ``prune_sessions``, ``archive_sessions`` and ``list_prune_candidates``
-    share one filter set (see :data:`FILTER_NAMES`); selection and deletion
-    happen in the same transaction, and only ended sessions are ever chosen.
+    ``prune_sessions``, ``archive_sessions``, ``list_prune_candidates`` and
+    ``count_open_prune_matches`` share one filter set (see
+    :data:`FILTER_NAMES`); selection and deletion happen in the same
+    transaction, and only ended sessions are ever chosen (the count reports
+    the open ones a prune skipped).
 
 Export
     ``export_all`` returns a list, as the reference store does: the whole
@@ -361,6 +363,21 @@ class MaintenanceMethods(StoreBase):
         message_count, archived``.
         """
         return await self._query("prune_candidates", session_filters(older_than_days, source, filters))
+
+    async def count_open_prune_matches(
+        self, older_than_days: float | None = None, source: str | None = None, **filters: Any
+    ) -> int:
+        """Return how many open sessions match the prune filters: those a prune with these arguments skips.
+
+        Exactly the predicate of :meth:`prune_sessions` and
+        :meth:`list_prune_candidates` (same filters, same age clock, same
+        validation: an unknown filter is a ``TypeError``, a bad value a
+        ``TypeError`` or ``ValueError``) with only the ended-session guard
+        inverted. It counts; nothing becomes prunable. Unlike
+        ``prune_sessions`` the default ``older_than_days`` is None (no age
+        limit): pass a prune's arguments unchanged to learn what it left.
+        """
+        return int(await self._query("open_prune_match_count", session_filters(older_than_days, source, filters)))
 
     async def archive_sessions(
         self, older_than_days: float | None = None, source: str | None = None, **filters: Any

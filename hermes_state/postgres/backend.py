@@ -23,8 +23,9 @@ from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
 from .config import PostgresConfig, load_postgres_config
-from .dsn import asyncpg_dsn, endpoint, redact_dsn
+from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs
 from .errors import is_busy, is_disconnect, to_store_error, unavailable
+from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
 from .pool import ConnectionPool
 from .queries import query_for
@@ -118,9 +119,10 @@ class PostgresBackend:
         self.reconnects = 0  # writer connections replaced after a loss (writer_stats)
         self._facts: dict[str, Any] = {}
         self._endpoint = endpoint(dsn)
+        self._lease_listener = LeaseReleaseListener(self._connect_writer, self.lease_identity())
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        return self.pg_config.connect_kwargs(read_only=self.read_only)
+        return self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
 
     async def _connect_writer(self) -> Any:
         asyncpg = load_driver()
@@ -215,6 +217,14 @@ class PostgresBackend:
     def is_busy_error(self, exc: BaseException) -> bool:
         return is_busy(exc)
 
+    def lease_identity(self) -> str:
+        """The database (and schema), as every store in this process on it names it for turn-lease wake-ups."""
+        return redact_dsn(self.dsn)
+
+    async def watch_lease_releases(self) -> bool:
+        """Listen for turn-lease releases of other processes (once); returns whether notices arrive."""
+        return await self._lease_listener.ensure()
+
     def command_refusal(self, command: Command) -> Exception | None:
         """The call-site error for text this backend cannot store (NUL outside message content), else None."""
         return nul_refusal(command)
@@ -245,6 +255,7 @@ class PostgresBackend:
         return info
 
     async def close(self) -> None:
+        await self._lease_listener.close()
         pool, self.pool = self.pool, None
         writer, self._writer_conn = self._writer_conn, None
         if writer is not None:

@@ -18,15 +18,20 @@ import msgspec
 
 from ..config import load_raw_config
 from ..errors import ConfigError
+from .libpq import READ_ONLY_SETTING, parse_options
 
 __all__ = ["ConnectArgs", "PostgresConfig", "load_postgres_config", "parse_postgres_config"]
 
 _PREFIX = "database.postgres"
-READ_ONLY_SETTING = "default_transaction_read_only"
 
 
 class ConnectArgs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Keyword arguments for ``asyncpg.connect``, named as asyncpg names them (None = asyncpg's default)."""
+    """Keyword arguments for ``asyncpg.connect``, named as asyncpg names them (None = asyncpg's default).
+
+    The psycopg/libpq keys of the configuration (``connect_timeout``,
+    ``application_name``, ``options``, ``prepare_threshold``) arrive here
+    already mapped onto these.
+    """
 
     timeout: float | None = None
     command_timeout: float | None = None
@@ -47,10 +52,17 @@ class PostgresConfig(msgspec.Struct, frozen=True, kw_only=True):
     pool_use_lifo: bool = False
     connect_args: ConnectArgs = msgspec.field(default_factory=ConnectArgs)
 
-    def connect_kwargs(self, *, read_only: bool) -> dict[str, Any]:
-        """The keyword arguments every new connection gets; read-only forces the server setting."""
-        kwargs = {k: v for k, v in msgspec.structs.asdict(self.connect_args).items() if v is not None}
+    def connect_kwargs(self, *, read_only: bool, base: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The keyword arguments every new connection gets; read-only forces the server setting.
+
+        ``base`` holds what the URL sets (``dsn.url_connect_kwargs``); these
+        options win over it, and their ``server_settings`` are merged over its.
+        """
+        kwargs = dict(base or {})
         settings = dict(kwargs.pop("server_settings", None) or {})
+        own = {k: v for k, v in msgspec.structs.asdict(self.connect_args).items() if v is not None}
+        settings.update(own.pop("server_settings", None) or {})
+        kwargs.update(own)
         if read_only:
             settings[READ_ONLY_SETTING] = "on"
         if settings:
@@ -95,28 +107,78 @@ _CONNECT_NUMBERS = (
 )
 
 
+# The libpq/psycopg names upstream's configuration uses, each mapped onto asyncpg's.
+_LIBPQ_KEYS = ("connect_timeout", "prepare_threshold", "application_name", "options")
+
+
+def _both(path: str, libpq: str, asyncpg: str) -> ConfigError:
+    return ConfigError(f"{path}.{libpq} and {path}.{asyncpg} set the same thing; keep one of them")
+
+
+def _libpq_args(raw: dict[str, Any], values: dict[str, Any], settings: dict[str, str], path: str) -> None:
+    """Map the psycopg/libpq keys onto asyncpg's (``values``) and server settings (``settings``)."""
+    if "connect_timeout" in raw:
+        if "timeout" in raw:
+            raise _both(path, "connect_timeout", "timeout")
+        values["timeout"] = float(_number(raw, "connect_timeout", path, integer=True, minimum=1))
+    if "prepare_threshold" in raw:
+        if "statement_cache_size" in raw:
+            raise _both(path, "prepare_threshold", "statement_cache_size")
+        # null turns prepared statements off: asyncpg's statement cache off. asyncpg
+        # prepares a statement on first use, so any count leaves them (and the cache) on.
+        if raw["prepare_threshold"] is None:
+            values["statement_cache_size"] = 0
+        else:
+            _number(raw, "prepare_threshold", path, integer=True, minimum=0)
+    given: dict[str, str] = {}
+    if "options" in raw:
+        if not isinstance(raw["options"], str):
+            raise ConfigError(f"{path}.options must be a string")
+        try:
+            given = parse_options(raw["options"])
+        except ValueError as exc:
+            raise ConfigError(f"{path}.options: {exc}") from None
+    if "application_name" in raw:
+        if not isinstance(raw["application_name"], str):
+            raise ConfigError(f"{path}.application_name must be a string")
+        if "application_name" in given:
+            raise ConfigError(f"{path}.application_name is also set in {path}.options; keep one of them")
+        given["application_name"] = raw["application_name"]
+    for name, value in given.items():
+        if name == READ_ONLY_SETTING:
+            raise ConfigError(f"{path}.options sets {READ_ONLY_SETTING}, which is controlled by read_only")
+        if name in settings:
+            source = "application_name" if name == "application_name" and "application_name" in raw else "options"
+            raise _both(path, source, f"server_settings.{name}")
+        settings[name] = value
+
+
 def _connect_args(raw: Any) -> ConnectArgs:
     path = f"{_PREFIX}.connect_args"
     if raw is None:
         return ConnectArgs()
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must be a mapping")
-    _unknown(raw, (*(k for k, _, _ in _CONNECT_NUMBERS), "command_timeout", "server_settings"), path)
+    _unknown(raw, (*(k for k, _, _ in _CONNECT_NUMBERS), "command_timeout", "server_settings", *_LIBPQ_KEYS), path)
     values: dict[str, Any] = {}
     for key, integer, minimum in _CONNECT_NUMBERS:
         if key in raw:
             values[key] = _number(raw, key, path, integer=integer, minimum=minimum)
     if raw.get("command_timeout") is not None:
         values["command_timeout"] = _number(raw, "command_timeout", path, integer=False, minimum=0, strict_min=True)
-    settings = raw.get("server_settings")
-    if settings is not None:
-        if not isinstance(settings, dict):
+    settings: dict[str, str] = {}
+    server_settings = raw.get("server_settings")
+    if server_settings is not None:
+        if not isinstance(server_settings, dict):
             raise ConfigError(f"{path}.server_settings must be a mapping")
-        if READ_ONLY_SETTING in settings:
+        if READ_ONLY_SETTING in server_settings:
             raise ConfigError(f"{path}.server_settings.{READ_ONLY_SETTING} is controlled by read_only")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in settings.items()):
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in server_settings.items()):
             raise ConfigError(f"{path}.server_settings must contain only string keys and values")
-        values["server_settings"] = dict(settings)
+        settings.update(server_settings)
+    _libpq_args(raw, values, settings, path)
+    if settings:
+        values["server_settings"] = settings
     return ConnectArgs(**values)
 
 

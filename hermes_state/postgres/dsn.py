@@ -1,30 +1,41 @@
 """The PostgreSQL DSN: constructor-time validation (spec §1) and password redaction.
 
-Only ``postgresql+asyncpg://`` URLs with a host and a database name are
-accepted; there is no environment fallback. The URL reaches asyncpg with the
-``+asyncpg`` marker stripped, so asyncpg's own parser reads it: libpq
-parameters such as ``sslmode`` work, and other query parameters become
-``server_settings`` (settings the store passes explicitly, like the forced
-``default_transaction_read_only``, win over the DSN's).
+``postgresql+asyncpg://`` and ``postgresql+psycopg://`` URLs (current
+upstream's form) with a host and a database name are accepted; there is no
+environment fallback. The driver is asyncpg either way: the URL reaches it
+with the ``+driver`` marker stripped, so asyncpg's own parser reads it.
+libpq parameters asyncpg reads (``sslmode``, ...) work as they are; the two
+it would misread are translated (``connect_timeout`` becomes asyncpg's
+``timeout``, ``options`` its ``server_settings``, see ``libpq``); libpq
+parameters with no asyncpg counterpart are refused by name; any other query
+parameter becomes a server setting (settings the store passes explicitly,
+like the forced ``default_transaction_read_only``, win over the URL's).
 """
 
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["SCHEME", "asyncpg_dsn", "endpoint", "redact_dsn", "validate_dsn"]
+from .libpq import LIBPQ_ONLY_URL_PARAMETERS, READ_ONLY_SETTING, parse_options
+
+__all__ = ["SCHEME", "SCHEMES", "asyncpg_dsn", "endpoint", "redact_dsn", "url_connect_kwargs", "validate_dsn"]
 
 SCHEME = "postgresql+asyncpg://"
+SCHEMES = (SCHEME, "postgresql+psycopg://")
+# Query parameters read here rather than by asyncpg.
+_TRANSLATED = ("connect_timeout", "options")
 
 
 def validate_dsn(db_path: object) -> str:
-    """Return ``db_path`` if it is a usable ``postgresql+asyncpg://`` URL; raises ValueError otherwise."""
+    """Return ``db_path`` if it is a usable PostgreSQL URL; raises ValueError (naming the problem) otherwise."""
     if db_path is None:
-        raise ValueError("PostgreSQL SessionDB requires an explicit postgresql+asyncpg:// URL")
-    if not isinstance(db_path, str) or isinstance(db_path, os.PathLike) or not db_path.startswith(SCHEME):
+        raise ValueError("PostgreSQL SessionDB requires an explicit postgresql+asyncpg:// or postgresql+psycopg:// URL")
+    if not isinstance(db_path, str) or isinstance(db_path, os.PathLike) or not db_path.startswith(SCHEMES):
         raise ValueError(
-            "db_path must be a postgresql+asyncpg:// URL; environment/database-file fallback is disabled"
+            "db_path must be a postgresql+asyncpg:// or postgresql+psycopg:// URL (the driver is asyncpg either way); "
+            "environment/database-file fallback is disabled"
         )
     try:
         parts = urlsplit(db_path)
@@ -34,7 +45,33 @@ def validate_dsn(db_path: object) -> str:
         parts = None
     if not host or parts is None or not parts.path.strip("/"):
         raise ValueError("db_path must include a PostgreSQL host and database name")
+    url_connect_kwargs(db_path)  # the query parameters read here must be valid too
     return db_path
+
+
+def _query(dsn: str) -> list[tuple[str, str]]:
+    return parse_qsl(urlsplit(dsn).query, keep_blank_values=True)
+
+
+def url_connect_kwargs(dsn: str) -> dict[str, Any]:
+    """asyncpg ``connect`` arguments for the URL's ``connect_timeout`` and ``options``; raises ValueError naming them."""
+    kwargs: dict[str, Any] = {}
+    for key, value in _query(dsn):
+        if key in LIBPQ_ONLY_URL_PARAMETERS:
+            raise ValueError(f"db_path parameter {key!r} is a libpq setting asyncpg has no equivalent for; remove it")
+        if key == "connect_timeout":
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"db_path parameter connect_timeout must be a whole number of seconds >= 1, not {value!r}")
+            kwargs["timeout"] = float(value)
+        elif key == "options":
+            try:
+                settings = parse_options(value)
+            except ValueError as exc:
+                raise ValueError(f"db_path parameter options: {exc}") from None
+            if READ_ONLY_SETTING in settings:
+                raise ValueError(f"db_path parameter options sets {READ_ONLY_SETTING}, which is controlled by read_only")
+            kwargs.setdefault("server_settings", {}).update(settings)
+    return kwargs
 
 
 def redact_dsn(dsn: str) -> str:
@@ -51,8 +88,14 @@ def redact_dsn(dsn: str) -> str:
 
 
 def asyncpg_dsn(dsn: str) -> str:
-    """The URL in the form asyncpg parses: ``postgresql://...``."""
-    return "postgresql://" + dsn[len(SCHEME):]
+    """The URL in the form asyncpg parses: ``postgresql://...`` without the parameters read here."""
+    rest = dsn.split("://", 1)[1]
+    url = "postgresql://" + rest
+    query = _query(dsn)
+    if not any(key in _TRANSLATED for key, _ in query):
+        return url
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query if k not in _TRANSLATED])))
 
 
 def endpoint(dsn: str) -> str:

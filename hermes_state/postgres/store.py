@@ -17,6 +17,7 @@ class SessionDB(_SQLiteSessionDB):
     """An async session store on PostgreSQL, shared by every agent of one worker.
 
     ``SessionDB("postgresql+asyncpg://user@host:5432/db", read_only=False)``
+    (or a ``postgresql+psycopg://`` URL: the driver is asyncpg either way)
     validates the URL and records it; nothing connects until the first
     awaited call, which reads ``database.postgres`` from the profile's
     ``config.yaml`` (the ``HERMES_HOME`` in effect at construction). A

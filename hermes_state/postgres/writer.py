@@ -5,7 +5,10 @@ Order of work in the transaction:
 1. Lock the row of every session the batch names, sorted by id, with one
    ``SELECT ... FOR UPDATE``. Every process locks in the same order, so two
    workers never deadlock on each other's sessions, and message ids drawn
-   while the lock is held follow commit order within a session.
+   while the lock is held follow commit order within a session. In the same
+   statement, the turn-lease rows of the conversations its fenced writes
+   name (``FOR NO KEY UPDATE``, after the sessions): a takeover waits for
+   the batch, so no fenced write commits after its lease changed hands.
 2. Runs of consecutive same-type commands with a bulk handler go through
    it (appends: one statement per run); every other command through its own
    handler.
@@ -80,13 +83,53 @@ def session_ids_of(command: Command) -> list[str]:
     return found
 
 
+def fenced_session_of(command: Command) -> str | None:
+    """The session whose conversation's turn lease a fenced command must hold, else None."""
+    if getattr(command, "fence", None) is None:
+        return None
+    return getattr(command, "session_id", None) or getattr(command, "parent_session_id", None)
+
+
 async def _lock_sessions(conn: Any, commands: Sequence[Command], token: BatchToken | None) -> None:
-    """Lock the batch's session rows in id order; record ``token`` in the same round trip."""
+    """Lock the batch's session rows in id order, then the turn leases its fenced writes check.
+
+    A takeover updates the lease row, so it waits for this transaction: a
+    fenced write can never commit after its lease changed hands. Records
+    ``token`` in the same round trip.
+    """
     ids = sorted({sid for command in commands for sid in session_ids_of(command)})
-    if token is not None:
+    fenced = sorted({sid for sid in map(fenced_session_of, commands) if sid is not None})
+    if fenced:
+        if token is not None:
+            await conn.execute(_LOCK_TOKEN_LEASES_SQL, ids, token.token, token.previous, fenced)
+        else:
+            await conn.execute(_LOCK_LEASES_SQL, ids, fenced)
+    elif token is not None:
         await conn.execute(_LOCK_TOKEN_SQL, ids, token.token, token.previous)
     elif ids:
         await conn.execute(_LOCK_SQL, ids)
+
+
+def _leases_cte(param: int) -> str:
+    """A CTE locking the lease rows of the conversations of sessions ``$param``, after ``locked``.
+
+    Every writer locks sessions before leases (an acquire holds its session
+    row, then the lease row), so no two can deadlock. Reading ``locked``
+    in the condition makes PostgreSQL lock the sessions first.
+    """
+    return (
+        "leases AS (SELECT l.conversation_id FROM session_turn_leases AS l "
+        "WHERE (SELECT count(*) FROM locked) >= 0 AND l.conversation_id IN ("
+        f"SELECT COALESCE((SELECT conversation_id FROM sessions WHERE id = f.id), f.id) FROM unnest(${param}::text[]) AS f(id)) "
+        "ORDER BY l.conversation_id FOR NO KEY UPDATE)"
+    )
+
+
+_LOCK_LEASES_SQL = f"WITH locked AS ({_LOCK_SQL}), {_leases_cte(2)} SELECT count(*) FROM leases"
+_LOCK_TOKEN_LEASES_SQL = (
+    "WITH gone AS (DELETE FROM write_batches WHERE token = $3), made AS (INSERT INTO write_batches (token) VALUES ($2)), "
+    f"locked AS ({_LOCK_SQL}), {_leases_cte(4)} SELECT count(*) FROM leases"
+)
 
 
 def _runs(commands: Sequence[Command]) -> list[list[int]]:

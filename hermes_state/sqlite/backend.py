@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import sqlite3
 import sys
 import threading
@@ -17,7 +18,7 @@ import aiosqlite
 from ..backend import Outcome, Report
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
-from ..errors import DatabaseMalformedError, StoreClosedError
+from ..errors import DatabaseMalformedError, StoreClosedError, locked_error
 from .damage import damaged_tables, is_malformed_error, names_an_index
 from .driver import (
     driver_name,
@@ -42,6 +43,8 @@ T = TypeVar("T")
 
 WRITER_BUSY_TIMEOUT_MS = 1000
 READER_BUSY_TIMEOUT_MS = 5000
+# How long opening keeps retrying while another process holds the file's lock (a write's default patience).
+OPEN_PATIENCE = 20.0
 
 
 def _preflight(path: Path) -> None:
@@ -340,8 +343,33 @@ class SQLiteBackend:
         # Set by the first error that shows damaged pages outside the FTS
         # indexes; from then on this store refuses every write.
         self.damaged: DatabaseMalformedError | None = None
+        self._shut = False  # close() was called: no more open attempts
 
     async def open(self) -> None:
+        """Open the connections and bring the schema up to date.
+
+        While another process holds the file's lock (the schema step writes),
+        the whole open is retried with a short random pause for up to
+        ``OPEN_PATIENCE`` seconds, then fails with the documented "database
+        is locked (...)" error; the next call tries again. ``close()`` stops
+        the retries.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + OPEN_PATIENCE
+        while True:
+            try:
+                await self._open_once()
+                return
+            except Exception as exc:
+                if not self.is_busy_error(exc) or self._shut:
+                    raise
+                if loop.time() >= deadline:
+                    raise locked_error(OPEN_PATIENCE, exc) from exc
+            await asyncio.sleep(random.uniform(0.02, 0.15))
+            if self._shut:
+                raise StoreClosedError()
+
+    async def _open_once(self) -> None:
         self.config = load_config(self.home)
         try:
             if not self.read_only:
@@ -371,7 +399,7 @@ class SQLiteBackend:
             self._search_slots = asyncio.Semaphore(max(1, len(self._lanes) - 1))
         except BaseException as exc:
             record_init_error(f"{type(exc).__name__}: {exc}")
-            await self.close()
+            await self._release()
             if isinstance(exc, Exception) and is_malformed_error(exc):
                 raise DatabaseMalformedError(str(self.path), str(exc)) from exc
             raise
@@ -381,6 +409,10 @@ class SQLiteBackend:
         if self.snapshot and _idle_wal_file(self.path):
             return uri + "&immutable=1"
         return uri
+
+    def lease_identity(self) -> str:
+        """The file, as every store in this process on it names it for turn-lease wake-ups."""
+        return os.path.realpath(self.path)
 
     def write_refusal(self) -> Exception | None:
         """The error every write raises before it is queued, once the file is known to be damaged."""
@@ -485,6 +517,11 @@ class SQLiteBackend:
         }
 
     async def close(self) -> None:
+        self._shut = True
+        await self._release()
+
+    async def _release(self) -> None:
+        """Close every connection (the store may open again, unless ``close()`` was called)."""
         lanes, self._lanes = self._lanes, []
         writer, self._writer_conn = self._writer_conn, None
         # Running reads are interrupted, not waited for: their callers get StoreClosedError.

@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from .repair_files import (
+    clear_ledger,
+    fingerprint,
+    forensic_backup,
+    ledger_path,
+    record_failed_repair,
+    refusal,
+    set_aside,
+)
 
 __all__ = [
     "is_zeroed_state_db",
@@ -48,27 +57,12 @@ def is_zeroed_state_db(path: os.PathLike[str] | str) -> bool:
     return len(head) > 0 and head.count(0) == len(head)
 
 
-def _set_aside(path: Path, label: str, ending: str, transfer: Callable[[Any, Any], Any]) -> Path:
-    """Move or copy ``path`` and its sidecars to the first free ``<name>.<label>[-n]<ending>``."""
-    target = path.with_name(f"{path.name}.{label}{ending}")
-    n = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.{label}-{n}{ending}")
-        n += 1
-    transfer(path, target)
-    for suffix in ("-wal", "-shm", "-journal"):
-        sidecar = Path(f"{path}{suffix}")
-        if sidecar.exists():
-            transfer(sidecar, Path(f"{target}{suffix}"))
-    return target
-
-
 def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
     """Move a zeroed database and its sidecars aside; returns the new path, or None if not zeroed."""
     path = Path(path)
     if not is_zeroed_state_db(path):
         return None
-    target = _set_aside(path, f"zeroed-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", ".bak", os.replace)
+    target = set_aside(path, f"zeroed-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", ".bak", os.replace)
     notice = f"{path} was zeroed (all NUL bytes); moved aside to {target} and a fresh database was created"
     log.warning(notice)
     record_init_error(notice)
@@ -97,7 +91,10 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
     """Try to repair a damaged ``state.db`` in place; returns what was done and what was recovered.
 
     Close every store on the file first. With ``backup`` the file and its
-    sidecars are copied aside before anything changes. Steps, each followed
+    sidecars are copied aside (private files) before anything changes,
+    unless the newest backup already holds this very file (same size and
+    mtime_ns): then that one is reused (``"backup_reused": True``). After a
+    copy only the newest 3 backups are kept. Steps, each followed
     by an integrity check (``PRAGMA integrity_check`` plus each FTS index's
     own check) and stopping at the first clean result: rebuild the
     full-text indexes from ``messages``, ``REINDEX``, ``VACUUM``, and last
@@ -109,18 +106,48 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
     ``"recovered"`` (rows per table), ``"unreadable"`` (lost rowid ranges per
     table), ``"missing_tables"`` and ``"placeholder_sessions"``, which say
     what was lost. No step deletes a readable transcript row.
+
+    Failed repairs are counted per version of the file in
+    ``<db>.repair-attempts.json`` (``"failed_attempts"`` and ``"ledger"`` in
+    the result); any success deletes it. After 3 failures on an unchanged
+    file the function refuses at once, touching nothing: ``ok`` False,
+    ``"refused": True`` and an ``"error"`` saying that manual recovery is
+    required (``sqlite3 <db> ".recover"``) or that deleting the ledger
+    allows another attempt.
     """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no database file at {path}")
+    refused = refusal(path)
+    if refused is not None:
+        log.error("repair of %s refused: %s", path, refused["error"])
+        return refused
+    attempted = fingerprint(path)
+    try:
+        result = _repair(path, backup)
+    except Exception:
+        record_failed_repair(path, attempted)
+        raise
+    if result["ok"]:
+        clear_ledger(path)
+    else:
+        result["failed_attempts"] = record_failed_repair(path, attempted)
+        result["ledger"] = str(ledger_path(path))
+    level = logging.WARNING if result["ok"] else logging.ERROR
+    log.log(level, "repair of %s: %s", path, result)
+    return result
+
+
+def _repair(path: Path, backup: bool) -> dict[str, Any]:
     from .driver import driver_module
     from .salvage import salvage_rows
     from .search.fts_schema import rebuild_in_place
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no database file at {path}")
     result: dict[str, Any] = {"ok": False, "backup": None, "steps": [], "integrity": None}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if backup:
-        result["backup"] = str(_set_aside(path, f"malformed-backup-{stamp}", "", shutil.copy2))
+        copy, reused = forensic_backup(path, stamp)
+        result["backup"], result["backup_reused"] = str(copy), reused
 
     def connect() -> Any:
         return driver_module().connect(str(path), isolation_level=None, timeout=5.0)
@@ -152,7 +179,7 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
                 raise
             conn.close()
             if result["backup"] is None:
-                result["backup"] = str(_set_aside(path, f"malformed-{stamp}", "", os.replace))
+                result["backup"] = str(set_aside(path, f"malformed-{stamp}", "", os.replace))
             # Sidecars of the damaged file must not be replayed into the fresh one.
             for suffix in ("-wal", "-shm", "-journal"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -177,6 +204,4 @@ def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True)
                 break
     finally:
         conn.close()
-    level = logging.WARNING if result["ok"] else logging.ERROR
-    log.log(level, "repair of %s: %s", path, result)
     return result

@@ -276,7 +276,13 @@ def _table_columns(conn: Any, table: str, schema: str = "main") -> list[tuple[st
 
 
 def _reconcile_columns(conn: Any) -> None:
-    """Add every declared column an older file lacks (ALTER TABLE ADD COLUMN)."""
+    """Add every declared column an older file lacks (ALTER TABLE ADD COLUMN).
+
+    A column another process added meanwhile ("duplicate column") is fine; a
+    locked or busy file raises, so the open fails and is retried as a whole
+    rather than running behind ``SCHEMA_SQL``; any other failure is logged
+    as a warning and the remaining columns are still added.
+    """
     scratch = driver_module().connect(":memory:")
     try:
         run_script(scratch, SCHEMA_SQL)
@@ -296,8 +302,13 @@ def _reconcile_columns(conn: Any) -> None:
                     clause += f" DEFAULT {default}"
                 try:
                     conn.execute(clause)
-                except Exception as exc:  # one column must not stop the rest
-                    log.debug("could not add %s.%s: %s", table, name, exc)
+                except Exception as exc:
+                    text = str(exc).lower()
+                    if "duplicate column" in text:
+                        continue
+                    if "locked" in text or "busy" in text:
+                        raise
+                    log.warning("could not add column %s.%s, the store remains behind SCHEMA_SQL: %s", table, name, exc)
     finally:
         scratch.close()
 
@@ -438,6 +449,8 @@ def ensure_schema(conn: Any, *, fts_enabled: bool = True, cjk_loaded: bool = Fal
             if prior < 20:
                 _backfill_usage_ledger(conn)
             if prior < 25:
+                # In the same transaction as the version bump: a failure leaves every
+                # prompt inline and the version below 25, so the next open redoes it.
                 _migrate_inline_prompts(conn)
             if has_fts:
                 conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))

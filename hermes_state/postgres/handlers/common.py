@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from ...commands.messages import MessageRow
-from ...errors import SessionNotFoundError
-from ...rules import append_refusal
+from ...commands.leases import TurnFence
+from ...errors import SessionNotFoundError, SessionTurnLeaseLostError
+from ...rules import append_refusal, fence_holds, fence_renewal_due
+from ..clock import DB_NOW
 from ..content import to_columns
-from ..lease_host import is_local
 
 __all__ = [
     "MESSAGE_COLUMNS",
-    "append_refusals",
+    "transcript_verdict",
+    "require_fence",
     "compact_json",
     "gc_prompts",
     "insert_messages",
@@ -84,23 +86,37 @@ async def require_session(conn: Any, session_id: str, what: str = "session") -> 
         raise SessionNotFoundError(session_id, what=what)
 
 
-async def append_refusals(
-    conn: Any, keys: Sequence[tuple[str, str | None]], now: float
-) -> dict[tuple[str, str | None], BaseException | None]:
-    """The append admission verdict per (session, holder) pair, in one query (see ``rules.append_refusal``)."""
-    ids = sorted({session_id for session_id, _ in keys})
-    rows = await conn.fetch(
-        "SELECT k.id, s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END, l.holder, l.holder_host "
-        "FROM unnest($1::text[]) AS k(id) LEFT JOIN sessions AS s ON s.id = k.id "
-        "LEFT JOIN compression_locks AS l ON l.session_id = k.id AND l.expires_at > $2",
-        ids, now,
-    )
-    state = {r[0]: (r[1], r[2], r[3], is_local(r[4])) for r in rows}
-    # Workers on several hosts share the database: only a lease written from this process
-    # table can be judged by its holder's pid (see lease_host); the others end by expiry.
-    return {
-        (sid, holder): append_refusal(sid, *state[sid][:3], holder, local_holders=state[sid][3]) for sid, holder in keys
-    }
+_VERDICT_SQL = f"""
+SELECT s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END, COALESCE(s.conversation_id, $1),
+    l.holder, l.token, l.expires_at, {DB_NOW}
+FROM (SELECT 1) AS one LEFT JOIN sessions AS s ON s.id = $1
+LEFT JOIN session_turn_leases AS l ON l.conversation_id = COALESCE(s.conversation_id, $1)
+"""
+
+
+async def transcript_verdict(conn: Any, session_id: str, fence: TurnFence | None) -> BaseException | None:
+    """The admission verdict of one transcript write (``rules.append_refusal``), in one query.
+
+    An admitted fence whose lease expired without a takeover renews it (the
+    writer holds the lease row locked, see ``writer``).
+    """
+    exists, closed_by, conversation, holder, token, expires_at, now = await conn.fetchrow(_VERDICT_SQL, session_id)
+    fence_ok = fence_holds(fence, holder, token)
+    if fence is not None and fence_ok and fence_renewal_due(fence, expires_at, now):
+        await conn.execute(
+            f"UPDATE session_turn_leases SET expires_at = {DB_NOW} + $2 WHERE conversation_id = $1",
+            conversation, fence.ttl_seconds,
+        )
+    return append_refusal(session_id, exists, closed_by, fence_ok)
+
+
+async def require_fence(conn: Any, session_id: str, fence: TurnFence | None) -> None:
+    """Raise :class:`SessionTurnLeaseLostError` unless ``fence`` (if any) still holds the session's conversation."""
+    if fence is None:
+        return
+    refusal = await transcript_verdict(conn, session_id, fence)
+    if isinstance(refusal, SessionTurnLeaseLostError):
+        raise refusal
 
 
 def message_values(session_id: str, row: MessageRow) -> tuple[Any, ...]:

@@ -29,24 +29,24 @@ from ...commands.compression import (
     SetCompressionCooldown,
     SetCompressionCounter,
 )
-from ...commands.messages import MessageRow
-from ...encoding import decode_message_row
-from ...errors import CompressionSessionBusyError
+from ...encoding import decode_message_row, encode_tool_calls
+from ...errors import CompressionSessionBusyError, SessionCompressionInProgressError
 from ...rules import CHILD_INHERITED_COLUMNS, holder_process_is_dead, patched_model_config
-from ..lease_host import LOCAL_HOST, is_local
+from ...lease_host import LOCAL_HOST, is_local
 from ..queries.core import MESSAGE_SELECT, message_dict
 from ..lineage_sql import continuation_sql
-from .common import insert_messages, require_session, row_count, store_prompt
+from ..clock import DB_NOW
+from .common import MESSAGE_COLUMNS, insert_messages, require_fence, require_session, row_count, store_prompt
 from .registry import handles
 
 
 @handles(AcquireCompressionLock)
 async def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tuple[bool, str | None]:
-    now = time.time()
     reclaimed = None
     row = await conn.fetchrow(
         "SELECT holder, expires_at, holder_host FROM compression_locks WHERE session_id = $1 FOR UPDATE", cmd.session_id
     )
+    now = await conn.fetchval(f"SELECT {DB_NOW}")  # the database clock, after the row lock was granted
     if row is not None and (row[1] < now or (is_local(row[2]) and holder_process_is_dead(row[0]))):
         await conn.execute("DELETE FROM compression_locks WHERE session_id = $1 AND holder = $2", cmd.session_id, row[0])
         reclaimed = row[0]
@@ -64,8 +64,8 @@ async def refresh_compression_lock(conn: Any, cmd: RefreshCompressionLock) -> bo
     # Ownership is the holder string alone: an owner whose refresher stalled past
     # the TTL revives its row as long as nobody reclaimed it meanwhile.
     status = await conn.execute(
-        "UPDATE compression_locks SET expires_at = $1 WHERE session_id = $2 AND holder = $3",
-        time.time() + cmd.ttl_seconds, cmd.session_id, cmd.holder,
+        f"UPDATE compression_locks SET expires_at = {DB_NOW} + $1 WHERE session_id = $2 AND holder = $3",
+        cmd.ttl_seconds, cmd.session_id, cmd.holder,
     )
     return row_count(status) > 0
 
@@ -75,18 +75,54 @@ async def release_compression_lock(conn: Any, cmd: ReleaseCompressionLock) -> No
     await conn.execute("DELETE FROM compression_locks WHERE session_id = $1 AND holder = $2", cmd.session_id, cmd.holder)
 
 
-async def _insert_counted(conn: Any, session_id: str, rows: tuple[MessageRow, ...]) -> int:
-    """Insert ``rows`` into the session and make them its whole count; returns how many."""
-    await insert_messages(conn, [(session_id, row) for row in rows], count=False)
+async def _set_counts(conn: Any, session_id: str, added: int, calls: int) -> None:
     await conn.execute(
-        "UPDATE sessions SET message_count = $1, tool_call_count = $2 WHERE id = $3",
-        len(rows), sum(r.tool_call_count for r in rows), session_id,
+        "UPDATE sessions SET message_count = $1, tool_call_count = $2 WHERE id = $3", added, calls, session_id
     )
-    return len(rows)
+
+
+async def _tail(conn: Any, session_id: str, watermark: int, ceiling: int | None = None) -> tuple[list[int], int]:
+    """The ids of the session's active rows above ``watermark`` (up to ``ceiling``), in order, and their tool calls."""
+    rows = await conn.fetch(
+        "SELECT id, tool_calls FROM messages WHERE session_id = $1 AND active = 1 AND id > $2 "
+        "AND ($3::int8 IS NULL OR id <= $3) ORDER BY id",
+        session_id, watermark, ceiling,
+    )
+    return [r[0] for r in rows], sum(encode_tool_calls(r[1])[1] for r in rows)
+
+
+_CLONED = ", ".join(f'"{name}"' for name, _ in MESSAGE_COLUMNS[1:])
+
+
+async def _clone(conn: Any, ids: list[int], session_id: str) -> None:
+    """Copy rows ``ids`` (in id order) to the end of ``session_id`` as new active rows; the originals stay."""
+    if ids:
+        await conn.execute(
+            f"INSERT INTO messages (session_id, {_CLONED}) SELECT $1, {_CLONED} FROM messages "
+            "WHERE id = ANY($2::int8[]) ORDER BY id",
+            session_id, ids,
+        )
+
+
+async def _require_compression_lease(conn: Any, session_id: str, holder: str) -> None:
+    live = await conn.fetchval(
+        f"SELECT holder = $2 AND expires_at > {DB_NOW} FROM compression_locks WHERE session_id = $1 FOR SHARE",
+        session_id, holder,
+    )
+    if not live:
+        raise SessionCompressionInProgressError(
+            session_id,
+            f"Compression lease for '{session_id}' lost before commit; refusing to publish a stale compaction",
+        )
 
 
 @handles(ArchiveAndCompact)
 async def archive_and_compact(conn: Any, cmd: ArchiveAndCompact) -> int:
+    # The writer locked the session row first, so an append in flight from another
+    # process has committed (and is archived or cloned below) or waits until after.
+    await require_fence(conn, cmd.session_id, cmd.fence)
+    if cmd.lock_holder is not None:
+        await _require_compression_lease(conn, cmd.session_id, cmd.lock_holder)
     if cmd.model_config_patch is not None:
         row = await conn.fetchrow("SELECT model_config FROM sessions WHERE id = $1", cmd.session_id)
         if row is None:
@@ -97,10 +133,15 @@ async def archive_and_compact(conn: Any, cmd: ArchiveAndCompact) -> int:
         )
     elif cmd.rows:
         await require_session(conn, cmd.session_id)
+    tail, tail_calls = await _tail(conn, cmd.session_id, cmd.watermark) if cmd.watermark is not None else ([], 0)
     await conn.execute(
         "UPDATE messages SET active = 0, compacted = 1 WHERE session_id = $1 AND active = 1", cmd.session_id
     )
-    return await _insert_counted(conn, cmd.session_id, cmd.rows)
+    await insert_messages(conn, [(cmd.session_id, row) for row in cmd.rows], count=False)
+    await _clone(conn, tail, cmd.session_id)
+    added = len(cmd.rows) + len(tail)
+    await _set_counts(conn, cmd.session_id, added, sum(r.tool_call_count for r in cmd.rows) + tail_calls)
+    return added
 
 
 _INHERITED = CHILD_INHERITED_COLUMNS
@@ -116,8 +157,9 @@ _INSERT_CHILD_SQL = (
 
 @handles(PublishCompressionChild)
 async def publish_compression_child(conn: Any, cmd: PublishCompressionChild) -> None:
-    now = time.time()
+    now = await conn.fetchval(f"SELECT {DB_NOW}")
     parent_id = cmd.parent_session_id
+    await require_fence(conn, parent_id, cmd.fence)
     if cmd.require_compression_lease:
         lease = await conn.fetchrow(
             "SELECT holder, expires_at FROM compression_locks WHERE session_id = $1 FOR SHARE", parent_id
@@ -139,7 +181,13 @@ async def publish_compression_child(conn: Any, cmd: PublishCompressionChild) -> 
         cmd.child_session_id, cmd.source, cmd.model, cmd.model_config, cmd.system_prompt_hash, parent_id,
         cmd.cwd or parent[1], cmd.profile_name or parent[2], *list(parent)[3:], now,
     )
-    await _insert_counted(conn, cmd.child_session_id, cmd.rows)
+    await insert_messages(conn, [(cmd.child_session_id, row) for row in cmd.rows], count=False)
+    added, calls = len(cmd.rows), sum(r.tool_call_count for r in cmd.rows)
+    if cmd.watermark is not None:
+        tail, tail_calls = await _tail(conn, parent_id, cmd.watermark, cmd.watermark_ceiling)
+        await _clone(conn, tail, cmd.child_session_id)
+        added, calls = added + len(tail), calls + tail_calls
+    await _set_counts(conn, cmd.child_session_id, added, calls)
     status = await conn.execute(
         "UPDATE sessions SET ended_at = $1, end_reason = 'compression' WHERE id = $2 AND ended_at IS NULL",
         now, parent_id,
@@ -163,10 +211,10 @@ async def reopen_orphaned_compression_session(conn: Any, cmd: ReopenOrphanedComp
     if await conn.fetchval(_HAS_CONTINUATION_SQL, cmd.session_id) is not None:
         return False
     lease = await conn.fetchrow(
-        "SELECT holder, expires_at FROM compression_locks WHERE session_id = $1 FOR UPDATE", cmd.session_id
+        f"SELECT holder, expires_at, {DB_NOW} FROM compression_locks WHERE session_id = $1 FOR UPDATE", cmd.session_id
     )
     if lease is not None:
-        if lease[1] is None or float(lease[1]) >= time.time():
+        if lease[1] is None or float(lease[1]) >= lease[2]:
             return False
         # Removed in this transaction so its owner cannot refresh it back to life.
         await conn.execute(
@@ -221,6 +269,7 @@ async def set_compression_counter(conn: Any, cmd: SetCompressionCounter) -> None
 
 @handles(RewindToMessage)
 async def rewind_to_message(conn: Any, cmd: RewindToMessage) -> dict[str, Any]:
+    await require_fence(conn, cmd.session_id, cmd.fence)
     record = await conn.fetchrow(
         f"SELECT {MESSAGE_SELECT} FROM messages WHERE id = $1 AND session_id = $2",
         cmd.target_message_id, cmd.session_id,

@@ -1,20 +1,19 @@
 """Appends in one round trip: the admission guard, the insert and the counters in one statement.
 
-The writer has already locked the sessions' rows in an earlier statement, so
-this statement's snapshot sees every lease and end committed before the lock
-was granted (in the lock statement itself it would not: a snapshot is taken
-when a statement starts, before it waits for a lock).
+The writer has already locked the sessions' rows (and the turn-lease rows
+of fenced commands) in an earlier statement, so this statement's snapshot
+sees every end and lease committed before those locks were granted (in the
+lock statement itself it would not: a snapshot is taken when a statement
+starts, before it waits for a lock).
 
 The statement reads each session's guard state (exists, closed by
-compression, live lease holder), inserts the rows of the commands SQL
-admits (session exists, not closed by compression, no live lease or the
-command's own holder), in input order, bumps the counters by what it
-inserted, and returns the guard state with the new ids. Python then judges
-each command with ``rules.append_refusal``, which also lets an append past a
-lease whose local ``pid=`` holder is dead; SQL cannot see processes, so for
-such a command the statement inserted nothing. :func:`guarded_append`
-reports those commands (``late``) instead of guessing; the caller inserts
-their rows afterwards when that keeps each session's rows in command order.
+compression, and for fenced commands its conversation's lease holder and
+token), inserts the rows of the commands SQL admits (session exists, not
+closed by compression, fence holds), in input order, renews admitted
+fences' leases that expired without a takeover (database clock), bumps the
+counters by what it inserted, and returns the guard state with the new ids.
+Python then judges each command with ``rules.append_refusal`` and checks
+that SQL admitted exactly the same commands.
 
 A column whose value is the same in every row of the run is sent once as a
 scalar instead of an array (most columns are NULL in most runs), so the
@@ -28,37 +27,50 @@ every time cost about 1 ms of server CPU more than the whole insert).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ...commands.messages import AppendMessages
-from ...rules import append_refusal
-from ..lease_host import is_local
+from ...rules import append_refusal, fence_holds
+from ..clock import DB_NOW
 from .common import MESSAGE_COLUMNS, message_values
 
 __all__ = ["GuardedAppend", "guarded_append"]
 
-# The message columns, then two per-row values that are not columns: the
-# command's lease holder (for the guard) and its tool-call count (for the counters).
-_COLUMNS = (*MESSAGE_COLUMNS, ("holder", "text"), ("calls", "int8"))
+# The message columns, then per-row values that are not columns: the command's
+# fence (holder, token, TTL for a renewal) and its tool-call count (for the counters).
+_COLUMNS = (
+    *MESSAGE_COLUMNS, ("fence_holder", "text"), ("fence_token", "int8"), ("fence_ttl", "float8"), ("calls", "int8"),
+)
 _NAMES = ", ".join(f'"{name}"' for name, _ in MESSAGE_COLUMNS)
 _ROW_NAMES = ", ".join(f'r."{name}"' for name, _ in MESSAGE_COLUMNS)
 _N = len(_COLUMNS)
 
 _STATE = """st AS (
     SELECT k.id, s.id IS NOT NULL AS present, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END AS closed,
-        l.holder, l.holder_host
+        NULL::text AS key, NULL::text AS holder, NULL::int8 AS token
     FROM unnest((SELECT $1::text[])) AS k(id) LEFT JOIN sessions AS s ON s.id = k.id
-    LEFT JOIN compression_locks AS l ON l.session_id = k.id AND l.expires_at > $2
 )"""
-# Parameters $1 (session ids) and $2 (now) are the guard's; the row values start at $3.
-_FIRST = 3
+# With fenced commands: each session's conversation key and that conversation's lease.
+_FENCED_STATE = """st AS (
+    SELECT k.id, s.id IS NOT NULL AS present, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END AS closed,
+        COALESCE(s.conversation_id, k.id) AS key, l.holder, l.token
+    FROM unnest((SELECT $1::text[])) AS k(id) LEFT JOIN sessions AS s ON s.id = k.id
+    LEFT JOIN session_turn_leases AS l ON l.conversation_id = COALESCE(s.conversation_id, k.id)
+)"""
+_RENEW = f""", renew AS (
+    UPDATE session_turn_leases AS l SET expires_at = {DB_NOW} + f.ttl
+    FROM (SELECT st.key, max(ok.fence_ttl) AS ttl FROM ok JOIN st ON st.id = ok.session_id
+          WHERE ok.fence_holder IS NOT NULL GROUP BY st.key) AS f
+    WHERE l.conversation_id = f.key AND l.expires_at <= {DB_NOW}
+)"""
+# Parameter $1 (session ids) is the guard's; the row values start at $2.
+_FIRST = 2
 
 
 @lru_cache(maxsize=128)  # a handful of shapes in practice; bounded all the same
-def _sql(constant: tuple[bool, ...]) -> str:
+def _sql(constant: tuple[bool, ...], fenced: bool) -> str:
     """The statement for a run whose columns ``constant[i]`` are sent as scalars."""
     arrays, names, exprs = [], [], []
     for i, ((name, kind), fixed) in enumerate(zip(_COLUMNS, constant)):
@@ -73,12 +85,13 @@ def _sql(constant: tuple[bool, ...]) -> str:
         source = f"unnest({', '.join(arrays)}) WITH ORDINALITY AS u({', '.join(names)}, ord)"
     else:  # every column constant: the row count comes as one more parameter
         source = f"generate_series(1, (SELECT ${_FIRST + _N}::int8)) AS u(ord)"
-    return f"""WITH {_STATE}, r AS (
+    return f"""WITH {_FENCED_STATE if fenced else _STATE}, r AS (
     SELECT u.ord, {', '.join(exprs)} FROM {source}
 ), ok AS (
     SELECT r.* FROM r JOIN st ON st.id = r.session_id
-    WHERE st.present AND st.closed IS DISTINCT FROM 'compression' AND (st.holder IS NULL OR st.holder = r.holder)
-), ins AS (
+    WHERE st.present AND st.closed IS DISTINCT FROM 'compression'
+      AND (r.fence_holder IS NULL OR (st.holder = r.fence_holder AND (r.fence_token IS NULL OR st.token = r.fence_token)))
+){_RENEW if fenced else ''}, ins AS (
     INSERT INTO messages ({_NAMES}) SELECT {_ROW_NAMES} FROM ok AS r ORDER BY r.ord RETURNING id
 ), bump AS (
     UPDATE sessions AS s SET message_count = COALESCE(s.message_count, 0) + c.added,
@@ -86,7 +99,7 @@ def _sql(constant: tuple[bool, ...]) -> str:
     FROM (SELECT session_id, count(*) AS added, sum(calls)::int8 AS calls FROM ok GROUP BY session_id) AS c
     WHERE s.id = c.session_id
 )
-SELECT id, present, closed, holder, holder_host, NULL::int8 AS new_id FROM st
+SELECT id, present, closed, holder, token, NULL::int8 AS new_id FROM st
 UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, id FROM ins"""
 
 
@@ -103,52 +116,45 @@ class GuardedAppend(NamedTuple):
     """What :func:`guarded_append` did, per command in input order."""
 
     refusals: list[BaseException | None]  # the caller's exception, None when admitted
-    ids: list[list[int]]  # new ids per command (empty for refused and late commands)
-    late: list[int]  # admitted by Python but not by SQL (dead local lease holder): nothing inserted yet
+    ids: list[list[int]]  # new ids per command (empty for refused commands)
 
 
 async def guarded_append(conn: Any, commands: Sequence[AppendMessages]) -> GuardedAppend:
     """Guard, insert and count ``commands``' rows in one statement (see the module docstring)."""
-    rows = [
-        (*message_values(cmd.session_id, row), cmd.compression_lock_holder, row.tool_call_count)
-        for cmd in commands
-        for row in cmd.rows
-    ]
+    rows: list[tuple[Any, ...]] = []
+    for cmd in commands:
+        fence = cmd.fence
+        tail = (None, None, None) if fence is None else (fence.holder, fence.token, fence.ttl_seconds)
+        rows.extend((*message_values(cmd.session_id, row), *tail, row.tool_call_count) for row in cmd.rows)
     session_ids = sorted({cmd.session_id for cmd in commands})
     columns = [list(col) for col in zip(*rows)] if rows else [[None] for _ in range(_N)]
     constant = tuple(_is_constant(col) for col in columns)
-    args: list[Any] = [session_ids, time.time()]
+    args: list[Any] = [session_ids]
     args.extend(col[0] if fixed else col for col, fixed in zip(columns, constant))
     if all(constant):
         args.append(len(rows))
-    records = await conn.fetch(_sql(constant), *args)
+    fenced = any(cmd.fence is not None for cmd in commands)
+    records = await conn.fetch(_sql(constant, fenced), *args)
     state: dict[str, tuple[Any, ...]] = {}
     new_ids: list[int] = []
     for r in records:
         if r[5] is not None:
             new_ids.append(r[5])
         else:
-            state[r[0]] = (r[1], r[2], r[3], is_local(r[4]))
+            state[r[0]] = (r[1], r[2], r[3], r[4])
     new_ids.sort()
     refusals: list[BaseException | None] = []
     ids: list[list[int]] = []
-    late: list[int] = []
     taken = 0
-    for index, cmd in enumerate(commands):
-        present, closed, lease_holder, local = state[cmd.session_id]
-        holder = cmd.compression_lock_holder
-        refusal = append_refusal(cmd.session_id, present, closed, lease_holder, holder, local_holders=local)
-        admitted_by_sql = present and closed != "compression" and (lease_holder is None or lease_holder == holder)
+    for cmd in commands:
+        present, closed, lease_holder, lease_token = state[cmd.session_id]
+        refusal = append_refusal(cmd.session_id, present, closed, fence_holds(cmd.fence, lease_holder, lease_token))
         refusals.append(refusal)
-        if admitted_by_sql:
-            if refusal is not None:  # the two rule sets disagree: never expected; fail loudly
-                raise RuntimeError(f"append guard mismatch for session {cmd.session_id!r}: SQL admitted, rules refused")
+        if refusal is None:
             ids.append(new_ids[taken:taken + len(cmd.rows)])
             taken += len(cmd.rows)
         else:
             ids.append([])
-            if refusal is None:
-                late.append(index)
-    if taken != len(new_ids):
-        raise RuntimeError(f"append inserted {len(new_ids)} rows, expected {taken}")
-    return GuardedAppend(refusals, ids, late)
+    if taken != len(new_ids):  # SQL and the rules disagree: never expected; fail loudly
+        raise RuntimeError(f"append guard mismatch: inserted {len(new_ids)} rows, the rules admitted {taken}")
+    return GuardedAppend(refusals, ids)

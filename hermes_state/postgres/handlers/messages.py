@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ...commands.messages import AppendMessages, PopMessage, ReplaceMessages
 from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
 from ..queries.core import MESSAGE_SELECT, message_dict
-from .common import append_refusals, insert_messages
+from .common import insert_messages, require_fence, transcript_verdict
 from .guarded_append import guarded_append
 from .registry import handles, handles_bulk
 
@@ -24,24 +23,13 @@ async def append_messages(conn: Any, cmd: AppendMessages) -> int:
     refusal = done.refusals[0]
     if refusal is not None:
         raise refusal
-    ids = done.ids[0]
-    if done.late:  # a dead local holder's lease: SQL inserted nothing, the rules let it through
-        ids = await insert_messages(conn, [(cmd.session_id, row) for row in cmd.rows])
-    return _append_result(cmd, ids)
-
-
-class LateAppendError(Exception):
-    """A run held an append admitted only past a dead holder's lease; apply it command by command."""
+    return _append_result(cmd, done.ids[0])
 
 
 @handles_bulk(AppendMessages)
 async def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tuple[bool, Any]]:
     """Many agents' appends in one batch: guard, insert and counters in one statement."""
     done = await guarded_append(conn, commands)
-    if done.late:
-        # Inserting those rows now could put them after a later command's rows of the
-        # same session; the writer rolls this back and applies the run one by one.
-        raise LateAppendError(f"{len(done.late)} append(s) admitted past a dead holder's lease")
     return [
         (False, refusal) if refusal is not None else (True, _append_result(cmd, ids))
         for cmd, refusal, ids in zip(commands, done.refusals, done.ids)
@@ -50,6 +38,7 @@ async def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> lis
 
 @handles(ReplaceMessages)
 async def replace_messages(conn: Any, cmd: ReplaceMessages) -> None:
+    await require_fence(conn, cmd.session_id, cmd.fence)
     row = await conn.fetchrow("SELECT ended_at, end_reason FROM sessions WHERE id = $1", cmd.session_id)
     if row is None:
         if cmd.rows:
@@ -72,10 +61,8 @@ async def replace_messages(conn: Any, cmd: ReplaceMessages) -> None:
 
 @handles(PopMessage)
 async def pop_message(conn: Any, cmd: PopMessage) -> dict[str, Any] | None:
-    # The append guards apply: removing rows under someone else's compaction
-    # would desynchronise the summary it is writing.
-    verdicts = await append_refusals(conn, [(cmd.session_id, None)], time.time())
-    refusal = next(iter(verdicts.values()))
+    # The append guards apply: a session closed by compression takes no more edits.
+    refusal = await transcript_verdict(conn, cmd.session_id, cmd.fence)
     if isinstance(refusal, SessionNotFoundError):
         return None
     if refusal is not None:

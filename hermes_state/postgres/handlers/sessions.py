@@ -148,10 +148,20 @@ async def delete_targets(conn: Any, session_id: str) -> list[str]:
 
 
 async def delete_sessions_by_id(conn: Any, ids: list[str]) -> None:
-    """Detach every child, then delete the sessions' messages and rows; GC prompts."""
+    """Detach every child, then delete the sessions' messages and rows; GC prompts.
+
+    The turn lease of a conversation left without sessions goes too (a
+    conversation whose tip survives keeps its lease).
+    """
     await conn.execute("UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id = ANY($1::text[])", ids)
     await conn.execute("DELETE FROM messages WHERE session_id = ANY($1::text[])", ids)
-    await conn.execute("DELETE FROM sessions WHERE id = ANY($1::text[])", ids)
+    await conn.execute(
+        "WITH gone AS (DELETE FROM sessions WHERE id = ANY($1::text[]) RETURNING COALESCE(conversation_id, id) AS cid) "
+        "DELETE FROM session_turn_leases AS l USING (SELECT DISTINCT cid FROM gone) AS g "
+        "WHERE l.conversation_id = g.cid AND NOT EXISTS "
+        "(SELECT 1 FROM sessions AS s WHERE s.conversation_id = g.cid AND s.id <> ALL($1::text[]))",
+        ids,
+    )
     await gc_prompts(conn)
 
 

@@ -139,7 +139,7 @@ async def update_token_counts(conn: Any, cmd: UpdateTokenCounts) -> None:
 async def record_auxiliary_usage(conn: Any, cmd: RecordAuxiliaryUsage) -> None:
     await ensure_session_row(conn, cmd.session_id, None, cmd.now)
     key = (cmd.session_id, cmd.model or "unknown", cmd.billing_provider or "", cmd.billing_base_url or "", "", cmd.task)
-    counts = [1, *(getattr(cmd, f) or 0 for f in _TOKEN_FIELDS)]
+    counts = [cmd.api_call_count, *(getattr(cmd, f) or 0 for f in _TOKEN_FIELDS)]
     await add_to_ledger(conn, key, counts, (float(cmd.estimated_cost_usd or 0.0), 0.0), None, None, cmd.now)
 
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from ...errors import SessionResumeTooLargeError
 from ...limits import INT64_MAX
-from .core import MESSAGE_SELECT, message_dict, session_chain
+from .core import MESSAGE_SELECT, message_dict, session_chain, transcript_chain
 from ..lineage_sql import compression_tip, continuation_sql
+from ..clock import DB_NOW
 from .registry import query
 
 __all__ = ["session_rows"]
@@ -140,19 +141,19 @@ async def _check_resume_size(conn: Any, session_id: str, ids: list[str], limit: 
 
 @query
 async def resume_message_count(conn: Any, session_id: str) -> int:
-    """Active rows a full resume would load: the session and every ancestor."""
-    return await _active_count(conn, await session_chain(conn, session_id), None)
+    """Active rows a full resume would load: those of the session's transcript chain (``resume_rows``)."""
+    return await _active_count(conn, await transcript_chain(conn, session_id), None)
 
 
 @query
 async def resume_size_check(conn: Any, session_id: str, limit: int) -> int:
-    return await _check_resume_size(conn, session_id, await session_chain(conn, session_id), limit)
+    return await _check_resume_size(conn, session_id, await transcript_chain(conn, session_id), limit)
 
 
 @query
 async def resume_rows(conn: Any, session_id: str, limit: int) -> list[dict[str, Any]]:
-    """Active message rows of the session and its ancestors, root first, after the size guard."""
-    ids = await session_chain(conn, session_id)
+    """Active message rows of the session's transcript chain, root first, after the size guard."""
+    ids = await transcript_chain(conn, session_id)
     await _check_resume_size(conn, session_id, ids, limit)
     records = await conn.fetch(
         f"SELECT {MESSAGE_SELECT} FROM messages WHERE session_id = ANY($1::text[]) AND active = 1 ORDER BY id", ids
@@ -179,8 +180,9 @@ async def live_compression_child(conn: Any, parent_session_id: str) -> dict[str,
 
 @query
 async def compression_lock_holder(conn: Any, session_id: str, now: float) -> str | None:
+    """The live holder by the database clock (``now``, the caller's clock, is SQLite's and unused here)."""
     return await conn.fetchval(
-        "SELECT holder FROM compression_locks WHERE session_id = $1 AND expires_at >= $2", session_id, now
+        f"SELECT holder FROM compression_locks WHERE session_id = $1 AND expires_at >= {DB_NOW}", session_id
     )
 
 
@@ -204,3 +206,11 @@ async def compression_counter(conn: Any, session_id: str, column: str) -> int:
         raise ValueError(f"unknown compression counter: {column!r}")
     value = await conn.fetchval(f"SELECT {column} FROM sessions WHERE id = $1", session_id)
     return max(0, int(value or 0))
+
+
+@query
+async def active_message_watermark(conn: Any, session_id: str) -> int:
+    """The id of the session's newest active message, 0 when it has none."""
+    return int(
+        await conn.fetchval("SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_id = $1 AND active = 1", session_id)
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...conversation import transcript_ids
 from ...encoding import decode_message_row
 from ..content import from_columns
 from ..schema import TABLES
@@ -72,30 +73,40 @@ async def get_messages(
     return rows
 
 
+# The session and its ancestors via parent links, tip first, each with its model_config (cycle-safe).
 _CHAIN_SQL = """
-WITH RECURSIVE chain(id, parent, depth, path) AS (
-    SELECT id, parent_session_id, 0, ARRAY[id] FROM sessions WHERE id = $1
+WITH RECURSIVE chain(id, parent, config, depth, path) AS (
+    SELECT id, parent_session_id, model_config, 0, ARRAY[id] FROM sessions WHERE id = $1
     UNION ALL
-    SELECT s.id, s.parent_session_id, c.depth + 1, c.path || s.id
+    SELECT s.id, s.parent_session_id, s.model_config, c.depth + 1, c.path || s.id
     FROM chain AS c JOIN sessions AS s ON s.id = c.parent
     WHERE NOT s.id = ANY(c.path) AND c.depth < $2
 )
-SELECT id FROM chain ORDER BY depth DESC
+SELECT id, config FROM chain ORDER BY depth
 """
+
+
+async def _parent_links(conn: Any, session_id: str, max_hops: int) -> list[tuple[str, str | None]]:
+    links = [(r[0], r[1]) for r in await conn.fetch(_CHAIN_SQL, session_id, max_hops)]
+    return links or [(session_id, None)]
 
 
 async def session_chain(conn: Any, session_id: str, max_hops: int = 100) -> list[str]:
     """The session and its ancestors via ``parent_session_id``, root first (cycle-safe)."""
-    ids = [r[0] for r in await conn.fetch(_CHAIN_SQL, session_id, max_hops)]
-    return ids or [session_id]
+    return [link[0] for link in reversed(await _parent_links(conn, session_id, max_hops))]
+
+
+async def transcript_chain(conn: Any, session_id: str, max_hops: int = 100) -> list[str]:
+    """The sessions whose rows make up ``session_id``'s transcript, root first (see ``conversation.transcript_ids``)."""
+    return transcript_ids(await _parent_links(conn, session_id, max_hops))
 
 
 @query
 async def conversation_rows(
     conn: Any, session_id: str, include_ancestors: bool, include_inactive: bool
 ) -> list[dict[str, Any]]:
-    """Raw message rows of the session (and its ancestors), root to tip, by id."""
-    ids = await session_chain(conn, session_id) if include_ancestors else [session_id]
+    """Raw message rows of the session (and its transcript's ancestors), root to tip, by id."""
+    ids = await transcript_chain(conn, session_id) if include_ancestors else [session_id]
     active = "" if include_inactive else " AND active = 1"
     records = await conn.fetch(
         f"SELECT {MESSAGE_SELECT} FROM messages WHERE session_id = ANY($1::text[]){active} ORDER BY id", ids

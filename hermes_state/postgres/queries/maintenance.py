@@ -50,9 +50,13 @@ _COMPARISONS: dict[str, str] = {
 }
 
 
-def filters_where(filters: SessionFilters, params: Params) -> str:
-    """SQL (alias ``s``) selecting the ended sessions that match every set filter; values go to ``params``."""
-    clauses = ["s.ended_at IS NOT NULL"]
+def filters_where(filters: SessionFilters, params: Params, *, ended: bool = True) -> str:
+    """SQL (alias ``s``) selecting the ended sessions that match every set filter; values go to ``params``.
+
+    ``ended=False`` inverts only the ended-session guard: the open sessions
+    a prune with the same filters skips.
+    """
+    clauses = ["s.ended_at IS NOT NULL" if ended else "s.ended_at IS NULL"]
     for name, sql in _COMPARISONS.items():
         value = getattr(filters, name)
         if value is None or value == "":
@@ -78,6 +82,13 @@ async def prune_candidates(conn: Any, filters: SessionFilters) -> list[dict[str,
         *params.values,
     )
     return [dict(r) for r in rows]
+
+
+@query
+async def open_prune_match_count(conn: Any, filters: SessionFilters) -> int:
+    params = Params()
+    where = filters_where(filters, params, ended=False)
+    return int(await conn.fetchval(f"SELECT COUNT(*) FROM sessions AS s WHERE {where}", *params.values))
 
 
 @query

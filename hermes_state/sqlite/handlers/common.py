@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import SessionNotFoundError
-from ...rules import append_refusal, holder_process_is_dead  # noqa: F401  (re-exported)
+from ...commands.leases import TurnFence
+from ...errors import SessionNotFoundError, SessionTurnLeaseLostError
+from ...rules import append_refusal, fence_holds, fence_renewal_due, holder_process_is_dead  # noqa: F401  (re-exported)
 
 GC_PROMPTS_SQL = (
     "DELETE FROM system_prompts WHERE NOT EXISTS "
@@ -33,53 +34,84 @@ def store_prompt(conn: Any, prompt: str | None, digest: str | None) -> None:
         conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (digest, prompt))
 
 
-def append_verdicts(
-    conn: Any, keys: list[tuple[str, str | None]], now: float
-) -> dict[tuple[str, str | None], BaseException | None]:
-    """The append admission guards for each (session, holder) pair, in two queries for the set.
+Verdicts = dict[tuple[str, TurnFence | None], BaseException | None]
 
-    The verdict is None when the append may go ahead, else the exception its
-    caller gets: CompressionSessionClosedError for a session closed by
-    compression, SessionCompressionInProgressError for another live holder's
-    lease (the facade retries it for a while), SessionNotFoundError for an
-    unknown session.
+_RENEW_SQL = "UPDATE session_turn_leases SET expires_at = ? WHERE conversation_id = ? AND holder = ? AND token = ?"
+
+
+def append_verdicts(conn: Any, keys: list[tuple[str, TurnFence | None]], now: float) -> Verdicts:
+    """The admission verdict of each (session, fence) pair, in one query for the sessions and one for their leases.
+
+    The verdict is None when the write may go ahead, else the exception its
+    caller gets (``rules.append_refusal``: SessionTurnLeaseLostError,
+    CompressionSessionClosedError, SessionNotFoundError). An admitted fence
+    whose lease expired without a takeover renews it here, in the write's
+    own transaction.
     """
     ids = sorted({session_id for session_id, _ in keys})
-    sessions: dict[str, Any] = {}
-    leases: dict[str, str] = {}
+    sessions: dict[str, tuple[str | None, str]] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         marks = ", ".join("?" * len(chunk))
-        for session_id, ended_at, end_reason in conn.execute(
-            f"SELECT id, ended_at, end_reason FROM sessions WHERE id IN ({marks})", chunk
+        for session_id, ended_at, end_reason, conversation in conn.execute(
+            f"SELECT id, ended_at, end_reason, conversation_id FROM sessions WHERE id IN ({marks})", chunk
         ):
-            sessions[session_id] = end_reason if ended_at is not None else None
-        for session_id, lease_holder in conn.execute(
-            f"SELECT session_id, holder FROM compression_locks WHERE session_id IN ({marks}) AND expires_at > ?",
-            (*chunk, now),
+            sessions[session_id] = (end_reason if ended_at is not None else None, conversation or session_id)
+    wanted = sorted({sessions[sid][1] if sid in sessions else sid for sid, fence in keys if fence is not None})
+    leases: dict[str, tuple[str, int, float]] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        for conversation, holder, token, expires_at in conn.execute(
+            f"SELECT conversation_id, holder, token, expires_at FROM session_turn_leases WHERE conversation_id IN ({marks})",
+            chunk,
         ):
-            leases[session_id] = lease_holder
-    verdicts: dict[tuple[str, str | None], BaseException | None] = {}
-    for session_id, holder in keys:
-        verdicts[(session_id, holder)] = append_refusal(
-            session_id, session_id in sessions, sessions.get(session_id), leases.get(session_id), holder
-        )
+            leases[conversation] = (holder, token, expires_at)
+    verdicts: Verdicts = {}
+    for session_id, fence in keys:
+        closed_by, conversation = sessions.get(session_id, (None, session_id))
+        holder, token, expires_at = leases.get(conversation, (None, None, None))
+        fence_ok = fence_holds(fence, holder, token)
+        verdicts[(session_id, fence)] = append_refusal(session_id, session_id in sessions, closed_by, fence_ok)
+        if fence_ok and fence is not None and fence_renewal_due(fence, expires_at, now):
+            conn.execute(_RENEW_SQL, (now + fence.ttl_seconds, conversation, holder, token))
+            leases[conversation] = (holder, token, now + fence.ttl_seconds)  # type: ignore[assignment]
     return verdicts
 
 
-# One session's guard state in one statement: whether it exists, the end
-# reason of an ended one, the holder of a live compression lease.
+# One session's guard state in one statement: whether it exists and the end reason of an ended one.
 _GUARD_SQL = (
-    "SELECT s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END, "
-    "(SELECT holder FROM compression_locks WHERE session_id = ?1 AND expires_at > ?2) "
+    "SELECT s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END "
     "FROM (SELECT 1) LEFT JOIN sessions AS s ON s.id = ?1"
+)
+# The same with the session's conversation key and that conversation's turn lease.
+_FENCED_GUARD_SQL = (
+    "SELECT s.id IS NOT NULL, CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason END, "
+    "COALESCE(s.conversation_id, ?1), l.holder, l.token, l.expires_at "
+    "FROM (SELECT 1) LEFT JOIN sessions AS s ON s.id = ?1 "
+    "LEFT JOIN session_turn_leases AS l ON l.conversation_id = COALESCE(s.conversation_id, ?1)"
 )
 
 
-def append_verdict(conn: Any, session_id: str, holder: str | None, now: float) -> BaseException | None:
-    """:func:`append_verdicts` of one (session, holder) pair, in one query instead of two."""
-    exists, closed_by, lease_holder = conn.execute(_GUARD_SQL, (session_id, now)).fetchone()
-    return append_refusal(session_id, bool(exists), closed_by, lease_holder, holder)
+def append_verdict(conn: Any, session_id: str, fence: TurnFence | None, now: float) -> BaseException | None:
+    """:func:`append_verdicts` of one (session, fence) pair, in one query instead of two."""
+    if fence is None:
+        exists, closed_by = conn.execute(_GUARD_SQL, (session_id,)).fetchone()
+        return append_refusal(session_id, bool(exists), closed_by)
+    exists, closed_by, conversation, holder, token, expires_at = conn.execute(_FENCED_GUARD_SQL, (session_id,)).fetchone()
+    fence_ok = fence_holds(fence, holder, token)
+    if fence_ok and fence_renewal_due(fence, expires_at, now):
+        conn.execute(_RENEW_SQL, (now + fence.ttl_seconds, conversation, holder, token))
+    return append_refusal(session_id, bool(exists), closed_by, fence_ok)
+
+
+def require_fence(conn: Any, session_id: str, fence: TurnFence | None, now: float) -> None:
+    """Raise :class:`SessionTurnLeaseLostError` unless ``fence`` (if any) still holds the session's conversation."""
+    if fence is None:
+        return
+    refusal = append_verdict(conn, session_id, fence, now)
+    if isinstance(refusal, SessionTurnLeaseLostError):
+        raise refusal
 
 
 def require_session(conn: Any, session_id: str, what: str = "session") -> None:

@@ -18,12 +18,13 @@ from ...commands.compression import (
     SetCompressionCooldown,
     SetCompressionCounter,
 )
-from ...encoding import decode_message_row
-from ...errors import CompressionSessionBusyError
+from ...encoding import decode_message_row, encode_tool_calls
+from ...errors import CompressionSessionBusyError, SessionCompressionInProgressError
 from ...rules import CHILD_INHERITED_COLUMNS, patched_model_config
 from ..queries.compression import continuation_sql
 from ..queries.core import fetch_dicts
-from .common import holder_process_is_dead, require_session, store_prompt
+from .common import holder_process_is_dead, require_fence, require_session, store_prompt
+from .message_rows import MESSAGE_COLUMNS
 from .messages import insert_rows
 from .registry import handles
 
@@ -68,8 +69,46 @@ def _set_counts(conn: Any, session_id: str, added: int, calls: int) -> None:
     )
 
 
+def _tail(conn: Any, session_id: str, watermark: int, ceiling: int | None = None) -> tuple[list[int], int]:
+    """The ids of the session's active rows above ``watermark`` (up to ``ceiling``), in order, and their tool calls."""
+    sql = "SELECT id, tool_calls FROM messages WHERE session_id = ? AND active = 1 AND id > ?"
+    params: list[Any] = [session_id, watermark]
+    if ceiling is not None:
+        sql += " AND id <= ?"
+        params.append(ceiling)
+    rows = conn.execute(sql + " ORDER BY id", params).fetchall()
+    return [r[0] for r in rows], sum(encode_tool_calls(r[1])[1] for r in rows)
+
+
+_CLONED = ", ".join(MESSAGE_COLUMNS[1:])
+
+
+def _clone(conn: Any, ids: list[int], session_id: str) -> None:
+    """Copy rows ``ids`` (in id order) to the end of ``session_id`` as new active rows; the originals stay."""
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        conn.execute(
+            f"INSERT INTO messages (session_id, {_CLONED}) SELECT ?, {_CLONED} FROM messages "
+            f"WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id",
+            (session_id, *chunk),
+        )
+
+
+def _require_compression_lease(conn: Any, session_id: str, holder: str, now: float) -> None:
+    lease = conn.execute("SELECT holder, expires_at FROM compression_locks WHERE session_id = ?", (session_id,)).fetchone()
+    if lease is None or lease[0] != holder or float(lease[1]) <= now:
+        raise SessionCompressionInProgressError(
+            session_id,
+            f"Compression lease for '{session_id}' lost before commit; refusing to publish a stale compaction",
+        )
+
+
 @handles(ArchiveAndCompact)
 def archive_and_compact(conn: Any, cmd: ArchiveAndCompact) -> int:
+    now = time.time()
+    require_fence(conn, cmd.session_id, cmd.fence, now)
+    if cmd.lock_holder is not None:
+        _require_compression_lease(conn, cmd.session_id, cmd.lock_holder, now)
     if cmd.model_config_patch is not None:
         row = conn.execute("SELECT model_config FROM sessions WHERE id = ?", (cmd.session_id,)).fetchone()
         if row is None:
@@ -80,12 +119,14 @@ def archive_and_compact(conn: Any, cmd: ArchiveAndCompact) -> int:
         )
     elif cmd.rows:
         require_session(conn, cmd.session_id)
+    tail, tail_calls = _tail(conn, cmd.session_id, cmd.watermark) if cmd.watermark is not None else ([], 0)
     conn.execute(
         "UPDATE messages SET active = 0, compacted = 1 WHERE session_id = ? AND active = 1", (cmd.session_id,)
     )
     added, calls = insert_rows(conn, cmd.session_id, cmd.rows)
-    _set_counts(conn, cmd.session_id, added, calls)
-    return added
+    _clone(conn, tail, cmd.session_id)
+    _set_counts(conn, cmd.session_id, added + len(tail), calls + tail_calls)
+    return added + len(tail)
 
 
 _INHERITED = CHILD_INHERITED_COLUMNS
@@ -102,6 +143,7 @@ _INSERT_CHILD_SQL = (
 def publish_compression_child(conn: Any, cmd: PublishCompressionChild) -> None:
     now = time.time()
     parent_id = cmd.parent_session_id
+    require_fence(conn, parent_id, cmd.fence, now)
     if cmd.require_compression_lease:
         lease = conn.execute(
             "SELECT holder, expires_at FROM compression_locks WHERE session_id = ?", (parent_id,)
@@ -126,6 +168,10 @@ def publish_compression_child(conn: Any, cmd: PublishCompressionChild) -> None:
         ),
     )
     added, calls = insert_rows(conn, cmd.child_session_id, cmd.rows)
+    if cmd.watermark is not None:
+        tail, tail_calls = _tail(conn, parent_id, cmd.watermark, cmd.watermark_ceiling)
+        _clone(conn, tail, cmd.child_session_id)
+        added, calls = added + len(tail), calls + tail_calls
     _set_counts(conn, cmd.child_session_id, added, calls)
     ended = conn.execute(
         "UPDATE sessions SET ended_at = ?, end_reason = 'compression' WHERE id = ? AND ended_at IS NULL",
@@ -208,6 +254,7 @@ def set_compression_counter(conn: Any, cmd: SetCompressionCounter) -> None:
 
 @handles(RewindToMessage)
 def rewind_to_message(conn: Any, cmd: RewindToMessage) -> dict[str, Any]:
+    require_fence(conn, cmd.session_id, cmd.fence, time.time())
     found = fetch_dicts(
         conn, "SELECT * FROM messages WHERE id = ? AND session_id = ?", (cmd.target_message_id, cmd.session_id)
     )

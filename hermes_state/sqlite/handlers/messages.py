@@ -10,7 +10,7 @@ from ...commands.messages import AppendMessages, MessageRow, PopMessage, Replace
 from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionClosedError, SessionNotFoundError
 from ..queries.core import fetch_dicts
-from .common import append_verdict, append_verdicts
+from .common import append_verdict, append_verdicts, require_fence
 from .message_rows import insert_message_rows
 from .registry import handles, handles_bulk
 
@@ -32,7 +32,7 @@ def insert_rows(conn: Any, session_id: str, rows: Sequence[MessageRow]) -> tuple
 def append_messages(conn: Any, cmd: AppendMessages) -> int:
     session_id = cmd.session_id
     rows = cmd.rows
-    refusal = append_verdict(conn, session_id, cmd.compression_lock_holder, time.time())
+    refusal = append_verdict(conn, session_id, cmd.fence, time.time())
     if refusal is not None:
         raise refusal
     n = len(rows)
@@ -44,17 +44,17 @@ def append_messages(conn: Any, cmd: AppendMessages) -> int:
 
 @handles_bulk(AppendMessages)
 def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tuple[bool, Any]]:
-    """Many agents' appends in one batch: one guard check per session, one multi-row INSERT.
+    """Many agents' appends in one batch: one guard check for the set, one multi-row INSERT.
 
     The ids come back in list order (see ``insert_message_rows``); each
     command that asked for one gets the id of its own last row.
     """
-    verdicts = append_verdicts(conn, [(c.session_id, c.compression_lock_holder) for c in commands], time.time())
+    verdicts = append_verdicts(conn, [(c.session_id, c.fence) for c in commands], time.time())
     outcomes: list[tuple[bool, Any] | None] = [None] * len(commands)
     accepted: list[int] = []
     counts: dict[str, list[int]] = {}
     for index, cmd in enumerate(commands):
-        verdict = verdicts[(cmd.session_id, cmd.compression_lock_holder)]
+        verdict = verdicts[(cmd.session_id, cmd.fence)]
         if verdict is not None:
             outcomes[index] = (False, verdict)
             continue
@@ -77,6 +77,7 @@ def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tupl
 
 @handles(ReplaceMessages)
 def replace_messages(conn: Any, cmd: ReplaceMessages) -> None:
+    require_fence(conn, cmd.session_id, cmd.fence, time.time())
     row = conn.execute("SELECT ended_at, end_reason FROM sessions WHERE id = ?", (cmd.session_id,)).fetchone()
     if row is None:
         if cmd.rows:
@@ -99,9 +100,8 @@ def replace_messages(conn: Any, cmd: ReplaceMessages) -> None:
 
 @handles(PopMessage)
 def pop_message(conn: Any, cmd: PopMessage) -> dict[str, Any] | None:
-    # The append guards apply: removing rows under someone else's compaction
-    # would desynchronise the summary it is writing.
-    refusal = append_verdict(conn, cmd.session_id, None, time.time())
+    # The append guards apply: a session closed by compression takes no more edits.
+    refusal = append_verdict(conn, cmd.session_id, cmd.fence, time.time())
     if isinstance(refusal, SessionNotFoundError):
         return None
     if refusal is not None:

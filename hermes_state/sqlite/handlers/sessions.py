@@ -122,13 +122,31 @@ def delete_targets(conn: Any, session_id: str) -> list[str]:
 
 
 def delete_sessions_by_id(conn: Any, ids: list[str]) -> None:
-    """Detach every child, then delete the sessions' messages and rows; GC prompts."""
+    """Detach every child, then delete the sessions' messages and rows; GC prompts.
+
+    The turn lease of a conversation left without sessions goes too (a
+    conversation whose tip survives keeps its lease).
+    """
+    conversations: set[str] = set()
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         marks = ", ".join("?" * len(chunk))
+        conversations.update(
+            r[0] for r in conn.execute(
+                f"SELECT COALESCE(conversation_id, id) FROM sessions WHERE id IN ({marks})", chunk
+            )
+        )
         conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({marks})", chunk)
         conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", chunk)
         conn.execute(f"DELETE FROM sessions WHERE id IN ({marks})", chunk)
+    gone = sorted(conversations)
+    for start in range(0, len(gone), 500):
+        chunk = gone[start : start + 500]
+        conn.execute(
+            f"DELETE FROM session_turn_leases WHERE conversation_id IN ({', '.join('?' * len(chunk))}) "
+            "AND NOT EXISTS (SELECT 1 FROM sessions WHERE sessions.conversation_id = session_turn_leases.conversation_id)",
+            chunk,
+        )
     gc_prompts(conn)
 
 

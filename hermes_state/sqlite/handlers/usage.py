@@ -143,7 +143,7 @@ def record_auxiliary_usage(conn: Any, cmd: RecordAuxiliaryUsage) -> None:
             cmd.billing_base_url or "",
             "",
             cmd.task,
-            1,
+            cmd.api_call_count,
             cmd.input_tokens or 0,
             cmd.output_tokens or 0,
             cmd.cache_read_tokens or 0,

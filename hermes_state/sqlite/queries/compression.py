@@ -12,7 +12,7 @@ from typing import Any
 
 from ...errors import SessionResumeTooLargeError
 from ...limits import INT64_MAX
-from .core import fetch_dicts, resolve_prompt, session_chain, snapshot
+from .core import fetch_dicts, resolve_prompt, session_chain, snapshot, transcript_chain
 from .registry import query
 
 __all__ = [
@@ -219,22 +219,22 @@ def _check_resume_size(conn: Any, session_id: str, ids: list[str], limit: int) -
 
 @query
 def resume_message_count(conn: Any, session_id: str) -> int:
-    """Active rows a full resume would load: the session and every ancestor."""
+    """Active rows a full resume would load: those of the session's transcript chain (``resume_rows``)."""
     with snapshot(conn):
-        return _active_count(conn, session_chain(conn, session_id), None)
+        return _active_count(conn, transcript_chain(conn, session_id), None)
 
 
 @query
 def resume_size_check(conn: Any, session_id: str, limit: int) -> int:
     with snapshot(conn):
-        return _check_resume_size(conn, session_id, session_chain(conn, session_id), limit)
+        return _check_resume_size(conn, session_id, transcript_chain(conn, session_id), limit)
 
 
 @query
 def resume_rows(conn: Any, session_id: str, limit: int) -> list[dict[str, Any]]:
-    """Active message rows of the session and its ancestors, root first, after the size guard."""
+    """Active message rows of the session's transcript chain, root first, after the size guard."""
     with snapshot(conn):
-        ids = session_chain(conn, session_id)
+        ids = transcript_chain(conn, session_id)
         _check_resume_size(conn, session_id, ids, limit)
         marks = ", ".join("?" * len(ids))
         return fetch_dicts(conn, f"SELECT * FROM messages WHERE session_id IN ({marks}) AND active = 1 ORDER BY id", ids)
@@ -289,3 +289,12 @@ def compression_counter(conn: Any, session_id: str, column: str) -> int:
         return max(0, int(row[0] or 0)) if row is not None else 0
     except (TypeError, ValueError):
         return 0
+
+
+@query
+def active_message_watermark(conn: Any, session_id: str) -> int:
+    """The id of the session's newest active message, 0 when it has none."""
+    return int(
+        conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_id = ? AND active = 1", (session_id,))
+        .fetchone()[0]
+    )

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections import deque
 from itertools import repeat
 from operator import itemgetter
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from ...conversation import owns_transcript, transcript_ids
 from ...encoding import (
     JSON_CONTENT_PREFIX,
     decode_content,
@@ -146,27 +147,41 @@ def get_messages(
     return rows
 
 
+def _parent_links(
+    conn: Any, session_id: str, max_hops: int, until: Callable[[str | None], bool] | None = None
+) -> list[tuple[str, str | None]]:
+    """``(id, model_config)`` of the session and its ancestors via ``parent_session_id``, tip first (cycle-safe).
+
+    The walk also ends after a session whose ``model_config`` ``until`` accepts.
+    """
+    links: list[tuple[str, str | None]] = []
+    seen: set[str] = set()
+    current: str | None = session_id
+    while current is not None and current not in seen and len(links) <= max_hops:
+        row = conn.execute("SELECT parent_session_id, model_config FROM sessions WHERE id = ?", (current,)).fetchone()
+        links.append((current, None if row is None else row[1]))
+        if row is None or (until is not None and until(row[1])):
+            break
+        seen.add(current)
+        current = row[0]
+    return links
+
+
 def session_chain(conn: Any, session_id: str, max_hops: int = 100) -> list[str]:
     """The session and its ancestors via ``parent_session_id``, root first (cycle-safe)."""
-    chain = [session_id]
-    seen = {session_id}
-    current = session_id
-    for _ in range(max_hops):
-        row = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (current,)).fetchone()
-        if row is None or row[0] is None or row[0] in seen:
-            break
-        current = row[0]
-        seen.add(current)
-        chain.append(current)
-    chain.reverse()
-    return chain
+    return [link[0] for link in reversed(_parent_links(conn, session_id, max_hops))]
+
+
+def transcript_chain(conn: Any, session_id: str, max_hops: int = 100) -> list[str]:
+    """The sessions whose rows make up ``session_id``'s transcript, root first (see ``conversation.transcript_ids``)."""
+    return transcript_ids(_parent_links(conn, session_id, max_hops, owns_transcript))
 
 
 @query
 def conversation_rows(conn: Any, session_id: str, include_ancestors: bool, include_inactive: bool) -> list[dict[str, Any]]:
-    """Raw message rows of the session (and its ancestors), root to tip, by id."""
+    """Raw message rows of the session (and its transcript's ancestors), root to tip, by id."""
     with snapshot(conn):
-        ids = session_chain(conn, session_id) if include_ancestors else [session_id]
+        ids = transcript_chain(conn, session_id) if include_ancestors else [session_id]
         marks = ", ".join("?" * len(ids))
         active = "" if include_inactive else " AND active = 1"
         return fetch_dicts(

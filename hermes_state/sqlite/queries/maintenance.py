@@ -50,9 +50,13 @@ _COMPARISONS: dict[str, str] = {
 }
 
 
-def filters_where(filters: SessionFilters) -> tuple[str, list[Any]]:
-    """SQL (alias ``s``) selecting the ended sessions that match every set filter."""
-    clauses = ["s.ended_at IS NOT NULL"]
+def filters_where(filters: SessionFilters, *, ended: bool = True) -> tuple[str, list[Any]]:
+    """SQL (alias ``s``) selecting the ended sessions that match every set filter.
+
+    ``ended=False`` inverts only the ended-session guard: the open sessions
+    a prune with the same filters skips.
+    """
+    clauses = ["s.ended_at IS NOT NULL" if ended else "s.ended_at IS NULL"]
     params: list[Any] = []
     for name, sql in _COMPARISONS.items():
         value = getattr(filters, name)
@@ -82,6 +86,12 @@ def prune_candidates(conn: Any, filters: SessionFilters) -> list[dict[str, Any]]
         "ORDER BY last_active, s.started_at, s.id",
         params,
     )
+
+
+@query
+def open_prune_match_count(conn: Any, filters: SessionFilters) -> int:
+    where, params = filters_where(filters, ended=False)
+    return int(conn.execute(f"SELECT COUNT(*) FROM sessions AS s WHERE {where}", params).fetchone()[0])
 
 
 @query

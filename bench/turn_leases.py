@@ -1,0 +1,325 @@
+"""What turn leases cost, and how fast a released lease reaches its next holder.
+
+1. **Fence cost.** The same appends, unfenced and fenced, in alternating rounds
+   on one store (each round a fresh session pair), per backend:
+   - ``sequential``: one task awaiting 400 appends per round;
+   - ``agents``: 50 tasks (own sessions, each holding its conversation's lease)
+     awaiting 20 appends each per round, so the writer batches them.
+   Fenced means ``turn_lease_holder=`` (upstream's fence) and, separately,
+   through a ``session_turn`` (holder and token). Prints each mode's time per
+   append and ``fenced / unfenced``. Targets: SQLite <= 1.10, PostgreSQL
+   (50 agents) <= 1.20.
+2. **Hand-off.** A worker holds the lease, a waiter waits with upstream's
+   defaults (``poll_interval_seconds=1.0``); the time from the release's
+   return to the waiter holding the lease, over many rounds:
+   - in one process (two stores on one database), both backends;
+   - across processes on PostgreSQL (the waiter in a child process).
+   The baseline is upstream's wait, a write attempt every poll interval,
+   measured the same way (fewer rounds: each costs up to a second). Targets:
+   p95 <= 50 ms in one process, <= 200 ms across processes.
+
+    python3 bench/turn_leases.py                  # everything
+    python3 bench/turn_leases.py --parts cost     # or: handoff
+    python3 bench/turn_leases.py --backends sqlite --rounds 3
+
+PostgreSQL comes from ``--dsn``, else ``HERMES_TEST_POSTGRES_DSN``, else the
+local server; each run works in a schema of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+TARGETS = {("sqlite", "sequential"): 1.10, ("sqlite", "agents"): 1.10, ("postgres", "agents"): 1.20}
+
+
+# ----------------------------------------------------------------------------- stores
+
+
+class Backend:
+    """Opens stores of one backend on one fresh database (a temp file, or a schema of its own)."""
+
+    def __init__(self, name: str, dsn: str) -> None:
+        self.name = name
+        self.admin = dsn
+        self.target = ""
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._schema = ""
+
+    async def __aenter__(self) -> Backend:
+        if self.name == "sqlite":
+            self._tmp = tempfile.TemporaryDirectory(prefix="hs-leases-")
+            self.target = str(Path(self._tmp.name) / "state.db")
+        else:
+            import asyncpg
+
+            self._schema = f"hs_bench_{uuid.uuid4().hex[:12]}"
+            conn = await asyncpg.connect(self.admin)
+            try:
+                await conn.execute(f'CREATE SCHEMA "{self._schema}"')
+            finally:
+                await conn.close()
+            self.target = "postgresql+asyncpg://" + self.admin.split("://", 1)[1].split("?")[0] + f"?search_path={self._schema}"
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+        if self._schema:
+            import asyncpg
+
+            conn = await asyncpg.connect(self.admin)
+            try:
+                await conn.execute(f'DROP SCHEMA "{self._schema}" CASCADE')
+            finally:
+                await conn.close()
+
+    def store(self) -> Any:
+        if self.name == "sqlite":
+            from hermes_state import SessionDB
+
+            return SessionDB(self.target)
+        from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+        return PostgresSessionDB(self.target)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+# ------------------------------------------------------------------------ fence cost
+
+
+async def _round(db: Any, shape: str, mode: str, tag: str) -> float:
+    """Seconds per append of one round in ``mode`` (``plain``, ``holder`` or ``turn``).
+
+    Only the appends are timed: every agent takes its lease (or enters its
+    turn) first, all start appending together, and release after the clock stopped.
+    """
+    tasks, appends = (1, 400) if shape == "sequential" else (50, 20)
+    sessions = [f"{tag}-{mode}-{k}" for k in range(tasks)]
+    for sid in sessions:
+        await db.create_session(sid, "bench")
+    ready = asyncio.Semaphore(0)
+    go, stopped = asyncio.Event(), asyncio.Event()
+    finished = {sid: asyncio.get_running_loop().create_future() for sid in sessions}
+
+    async def appends_of(sid: str, write: Any) -> None:
+        ready.release()
+        await go.wait()
+        for i in range(appends):
+            await write(sid, "user", f"message {i} of {sid}")
+        finished[sid].set_result(time.perf_counter())
+
+    async def agent(sid: str) -> None:
+        if mode == "plain":
+            await appends_of(sid, db.append_message)
+        elif mode == "holder":
+            assert await db.try_acquire_session_turn_lease(sid, f"h-{sid}")
+
+            async def fenced(*a: Any) -> Any:
+                return await db.append_message(*a, turn_lease_holder=f"h-{sid}")
+
+            await appends_of(sid, fenced)
+            await stopped.wait()
+            await db.release_session_turn_lease(sid, f"h-{sid}")
+        else:
+            async with db.session_turn(sid, f"t-{sid}") as turn:
+                await appends_of(sid, turn.append_message)
+                await stopped.wait()
+
+    running = [asyncio.create_task(agent(sid)) for sid in sessions]
+    for _ in sessions:
+        await ready.acquire()
+    started = time.perf_counter()
+    go.set()
+    elapsed = max(await asyncio.gather(*finished.values())) - started
+    stopped.set()
+    await asyncio.gather(*running)
+    return elapsed / (tasks * appends)
+
+
+async def fence_cost(backend: Backend, rounds: int) -> list[str]:
+    lines, failed = [], []
+    db = backend.store()
+    try:
+        await db.create_session("warm-up", "bench")
+        for shape in ("sequential", "agents"):
+            per: dict[str, list[float]] = {"plain": [], "holder": [], "turn": []}
+            await _round(db, shape, "plain", "warm")
+            for r in range(rounds):
+                order = ("plain", "holder", "turn") if r % 2 == 0 else ("turn", "holder", "plain")
+                for mode in order:
+                    per[mode].append(await _round(db, shape, mode, f"r{r}"))
+            plain = statistics.median(per["plain"])
+            holder = statistics.median(per["holder"])
+            turn = statistics.median(per["turn"])
+            worst = max(holder, turn) / plain
+            target = TARGETS.get((backend.name, shape))
+            verdict = "" if target is None else (" ok" if worst <= target else " MISSED") + f" (target <= {target:.2f})"
+            if target is not None and worst > target:
+                failed.append(f"{backend.name} {shape}")
+            lines.append(
+                f"{backend.name:8} {shape:10} plain {plain * 1e3:7.3f} ms  holder {holder * 1e3:7.3f} ms "
+                f"({holder / plain:.3f}x)  turn {turn * 1e3:7.3f} ms ({turn / plain:.3f}x){verdict}"
+            )
+    finally:
+        await db.close()
+    return lines + [f"  missed: {', '.join(failed)}" for _ in failed[:1]]
+
+
+# --------------------------------------------------------------------------- hand-off
+
+
+async def _poll_like_upstream(db: Any, sid: str, holder: str, poll: float) -> None:
+    """Upstream's wait: a write attempt, then sleep the poll interval, until it succeeds."""
+    while not await db.try_acquire_session_turn_lease(sid, holder):
+        await asyncio.sleep(poll)
+
+
+async def handoff_in_process(backend: Backend, rounds: int, baseline_rounds: int) -> list[str]:
+    holder_db, waiter_db = backend.store(), backend.store()
+    try:
+        await holder_db.create_session("h", "bench")
+        await waiter_db.get_session("h")
+
+        async def measure(wait: Any) -> float:
+            assert await holder_db.try_acquire_session_turn_lease("h", "holder")
+            waiter = asyncio.create_task(wait())
+            await asyncio.sleep(0.05 + (time.monotonic() % 0.3))  # release at any phase of the poll
+            await holder_db.release_session_turn_lease("h", "holder")
+            released = time.perf_counter()
+            await waiter
+            latency = time.perf_counter() - released
+            await waiter_db.release_session_turn_lease("h", "waiter")
+            return latency
+
+        ours = [await measure(lambda: waiter_db.acquire_session_turn_lease("h", "waiter", wait_seconds=30)) for _ in range(rounds)]
+        theirs = [await measure(lambda: _poll_like_upstream(waiter_db, "h", "waiter", 1.0)) for _ in range(baseline_rounds)]
+    finally:
+        await holder_db.close()
+        await waiter_db.close()
+    ok = "ok" if p95(ours) <= 0.050 else "MISSED"
+    return [
+        f"{backend.name:8} one process   p50 {statistics.median(ours) * 1e3:7.1f} ms  p95 {p95(ours) * 1e3:7.1f} ms "
+        f"({rounds} rounds) {ok} (target p95 <= 50 ms)",
+        f"{'':8} upstream poll p50 {statistics.median(theirs) * 1e3:7.1f} ms  p95 {p95(theirs) * 1e3:7.1f} ms "
+        f"({baseline_rounds} rounds); p95 ratio ours / upstream = {p95(ours) / p95(theirs):.3f}",
+    ]
+
+
+_CHILD = """
+import asyncio, sys, time
+from hermes_state.postgres import SessionDB
+
+async def main():
+    db = SessionDB(sys.argv[1])
+    await db.get_session("h")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        mode = line.strip()
+        if mode == "ours":
+            await db.acquire_session_turn_lease("h", "child", wait_seconds=30)
+        else:
+            while not await db.try_acquire_session_turn_lease("h", "child"):
+                await asyncio.sleep(1.0)
+        print(repr(time.time()), flush=True)
+        await db.release_session_turn_lease("h", "child")
+        print("released", flush=True)
+    await db.close()
+
+asyncio.run(main())
+"""
+
+
+async def handoff_across_processes(backend: Backend, rounds: int, baseline_rounds: int) -> list[str]:
+    db = backend.store()
+    env = dict(os.environ, PYTHONPATH=str(_REPO))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, backend.target], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert child.stdin is not None and child.stdout is not None
+
+    def send(line: str) -> None:
+        child.stdin.write(line + "\n")  # type: ignore[union-attr]
+        child.stdin.flush()  # type: ignore[union-attr]
+
+    try:
+        await db.create_session("h", "bench")
+        assert (await asyncio.to_thread(child.stdout.readline)).strip() == "ready"
+
+        async def measure(mode: str) -> float:
+            assert await db.acquire_session_turn_lease("h", "parent", wait_seconds=30)
+            send(mode)
+            await asyncio.sleep(0.3 + (time.monotonic() % 0.3))  # the child is waiting by now
+            await db.release_session_turn_lease("h", "parent")
+            released = time.time()
+            acquired = float((await asyncio.to_thread(child.stdout.readline)).strip())  # type: ignore[union-attr]
+            assert (await asyncio.to_thread(child.stdout.readline)).strip() == "released"  # type: ignore[union-attr]
+            return max(0.0, acquired - released)
+
+        ours = [await measure("ours") for _ in range(rounds)]
+        theirs = [await measure("poll") for _ in range(baseline_rounds)]
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+        await db.close()
+    ok = "ok" if p95(ours) <= 0.200 else "MISSED"
+    return [
+        f"{backend.name:8} two processes p50 {statistics.median(ours) * 1e3:7.1f} ms  p95 {p95(ours) * 1e3:7.1f} ms "
+        f"({rounds} rounds) {ok} (target p95 <= 200 ms)",
+        f"{'':8} upstream poll p50 {statistics.median(theirs) * 1e3:7.1f} ms  p95 {p95(theirs) * 1e3:7.1f} ms "
+        f"({baseline_rounds} rounds); p95 ratio ours / upstream = {p95(ours) / p95(theirs):.3f}",
+    ]
+
+
+# ------------------------------------------------------------------------------- main
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--parts", default="cost,handoff")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per fence-cost shape")
+    parser.add_argument("--handoffs", type=int, default=60, help="hand-off rounds (the baseline runs a third as many)")
+    parser.add_argument("--dsn", default=None)
+    args = parser.parse_args()
+    dsn = (args.dsn or os.environ.get("HERMES_TEST_POSTGRES_DSN") or DEFAULT_DSN).strip()
+    parts = set(args.parts.split(","))
+    print(f"bench/turn_leases.py  python {sys.version.split()[0]}  cpus {os.cpu_count()}  load {os.getloadavg()[0]:.2f}")
+    for name in args.backends.split(","):
+        if "cost" in parts:
+            async with Backend(name, dsn) as backend:
+                for line in await fence_cost(backend, args.rounds):
+                    print(line, flush=True)
+        if "handoff" in parts:
+            async with Backend(name, dsn) as backend:
+                for line in await handoff_in_process(backend, args.handoffs, max(5, args.handoffs // 3)):
+                    print(line, flush=True)
+            if name == "postgres":
+                async with Backend(name, dsn) as backend:
+                    for line in await handoff_across_processes(backend, args.handoffs, max(5, args.handoffs // 3)):
+                        print(line, flush=True)
+    print(f"load at the end {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))

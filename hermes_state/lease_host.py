@@ -1,0 +1,92 @@
+"""Which process table a lease's holder lives in, and whether that process still runs.
+
+Workers on many machines (or containers) can share one database, so a pid
+means something only where it was written. A lease row records the token of
+the writer's process table (``holder_host``): the kernel's boot id plus the
+PID namespace, so two containers with their own PID namespaces, or one host
+after a reboot, never match. A store judges a holder dead only when the
+row's token is its own; any other row ends by expiry or release alone.
+
+Turn leases also record the acquiring process's pid and start time (from
+``/proc``), never a pid parsed from the caller's holder string: a reused pid
+has another start time, so it never keeps a dead holder's lease alive.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["LOCAL_HOST", "is_local", "local_host_token", "process_identity", "process_started", "process_is_gone"]
+
+
+def local_host_token() -> str | None:
+    """``<boot id>:<pid namespace device>:<inode>``, or None where Linux's /proc does not say (never local)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot = handle.read().strip()
+        namespace = os.stat("/proc/self/ns/pid")
+    except OSError:
+        return None
+    if not boot:
+        return None
+    return f"{boot}:{namespace.st_dev}:{namespace.st_ino}"
+
+
+# Read once: a process does not change boot or PID namespace while it runs.
+LOCAL_HOST: str | None = local_host_token()
+
+
+def is_local(token: str | None) -> bool:
+    """Whether a lease row's ``holder_host`` is this process table (None, from another writer or version: no)."""
+    return token is not None and token == LOCAL_HOST
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def process_started(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (``/proc``), or None where unknown."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def process_identity() -> tuple[str | None, int, int | None]:
+    """``(host token, pid, start time)`` of the calling process, recorded with a lease it takes."""
+    pid = os.getpid()
+    return LOCAL_HOST, pid, process_started(pid)
+
+
+def process_is_gone(host: str | None, pid: int | None, started: int | None) -> bool:
+    """True only when the recorded process ran in this process table and no longer runs.
+
+    A zombie counts as gone; so does a pid now held by a process that started
+    at another time. Any doubt (another host, no pid, permission errors, no
+    ``/proc``) answers False, so a live holder is never judged dead.
+    """
+    if not is_local(host) or pid is None or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return started is not None and started != process_started(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError, OverflowError):
+        return False
+    fields = _stat_fields(pid)
+    if fields is None:
+        return False
+    if fields[0] == "Z":
+        return True
+    now_started = process_started(pid)
+    return started is not None and now_started is not None and now_started != started

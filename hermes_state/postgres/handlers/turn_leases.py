@@ -1,0 +1,115 @@
+"""Handlers for session turn leases (the rules of ``sqlite.handlers.turn_leases``).
+
+PostgreSQL has no file-wide write lock, so the lease row is: an acquire
+reads it ``FOR UPDATE`` (a competing acquire, and a fenced write holding the
+row ``FOR NO KEY UPDATE``, are waited for), decides in Python (expiry by the
+database clock read after the lock is granted, a dead holder on this host
+only) and takes the row over in place with a new token from the
+``session_turn_lease_tokens`` sequence. With no row, the insert's
+``ON CONFLICT DO NOTHING`` lets exactly one of two racing acquires win.
+
+A release notifies ``hermes_turn_lease`` (delivered at COMMIT) so waiters in
+other processes wake at once (see ``lease_listener``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...commands.leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease
+from ...rules import turn_lease_takeover
+from ..clock import DB_NOW
+from .common import row_count
+from .registry import handles
+
+__all__ = ["LEASE_CHANNEL", "SWEEP_GRACE_SECONDS"]
+
+LEASE_CHANNEL = "hermes_turn_lease"
+SWEEP_GRACE_SECONDS = 3600.0
+_SWEEP_BATCH = 32
+_KEY = "COALESCE((SELECT conversation_id FROM sessions WHERE id = $1), $1)"
+
+_LOCK_SQL = f"""
+SELECT k.key, l.holder, l.token, l.expires_at, l.holder_host, l.holder_pid, l.holder_started
+FROM (SELECT {_KEY} AS key) AS k
+LEFT JOIN LATERAL (
+    SELECT * FROM session_turn_leases WHERE conversation_id = k.key FOR UPDATE
+) AS l ON true
+"""
+# The clock is read once per statement, so a lease lasts exactly its TTL.
+_TAKE_SQL = f"""
+UPDATE session_turn_leases SET holder = $2, acquired_at = c.now, expires_at = c.now + $3,
+    token = nextval('session_turn_lease_tokens'), holder_host = $4, holder_pid = $5, holder_started = $6
+FROM (SELECT {DB_NOW} AS now) AS c
+WHERE conversation_id = $1 RETURNING token
+"""
+_CLAIM_SQL = f"""
+INSERT INTO session_turn_leases (conversation_id, holder, acquired_at, expires_at, token, holder_host, holder_pid,
+    holder_started)
+SELECT $1, $2, c.now, c.now + $3, nextval('session_turn_lease_tokens'), $4, $5, $6 FROM (SELECT {DB_NOW} AS now) AS c
+ON CONFLICT (conversation_id) DO NOTHING RETURNING token
+"""
+_SWEEP_SQL = f"""
+DELETE FROM session_turn_leases WHERE conversation_id IN (
+    SELECT conversation_id FROM session_turn_leases WHERE expires_at < {DB_NOW} - $1
+    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+"""
+
+
+@handles(AcquireTurnLease)
+async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, int | None, str]:
+    row = await conn.fetchrow(_LOCK_SQL, cmd.session_id)
+    key = row["key"]
+    process = (cmd.host, cmd.pid, cmd.started)
+    if row["holder"] is not None:
+        now = await conn.fetchval(f"SELECT {DB_NOW}")  # after the row lock was granted
+        verdict = turn_lease_takeover(
+            cmd.holder, cmd.exclusive, row["holder"], float(row["expires_at"]), row["holder_host"],
+            row["holder_pid"], row["holder_started"], now,
+        )
+        if verdict == "held":
+            return True, row["token"], key
+        if verdict == "busy":
+            return False, None, key
+        token = await conn.fetchval(_TAKE_SQL, key, cmd.holder, cmd.ttl_seconds, *process)
+    else:
+        token = await conn.fetchval(_CLAIM_SQL, key, cmd.holder, cmd.ttl_seconds, *process)
+        if token is None:  # another acquire inserted first and committed: its lease
+            return False, None, key
+    await conn.execute(_SWEEP_SQL, SWEEP_GRACE_SECONDS, _SWEEP_BATCH)
+    return True, token, key
+
+
+def _owner(token: int | None, first: int) -> str:
+    return f" AND token = ${first}" if token is not None else ""
+
+
+@handles(RefreshTurnLease)
+async def refresh_turn_lease(conn: Any, cmd: RefreshTurnLease) -> bool:
+    args: list[Any] = [cmd.session_id, cmd.holder, cmd.ttl_seconds]
+    if cmd.token is not None:
+        args.append(cmd.token)
+    status = await conn.execute(
+        f"UPDATE session_turn_leases SET expires_at = {DB_NOW} + $3 "
+        f"WHERE conversation_id = {_KEY} AND holder = $2" + _owner(cmd.token, 4),
+        *args,
+    )
+    return row_count(status) > 0
+
+
+@handles(ReleaseTurnLease)
+async def release_turn_lease(conn: Any, cmd: ReleaseTurnLease) -> tuple[bool, str]:
+    args: list[Any] = [cmd.session_id, cmd.holder]
+    if cmd.token is not None:
+        args.append(cmd.token)
+    row = await conn.fetchrow(
+        f"WITH k AS (SELECT {_KEY} AS key), gone AS ("
+        f"DELETE FROM session_turn_leases WHERE conversation_id = (SELECT key FROM k) AND holder = $2"
+        + _owner(cmd.token, 3)
+        + " RETURNING conversation_id) "
+        f"SELECT (SELECT key FROM k) AS key, (SELECT count(*) FROM gone) AS released, "
+        f"(SELECT count(pg_notify('{LEASE_CHANNEL}', json_build_array(current_schema(), conversation_id)::text)) "
+        "FROM gone) AS notified",
+        *args,
+    )
+    return row["released"] > 0, row["key"]

@@ -1,0 +1,161 @@
+"""Turn leases between real OS processes on one database (SQLite file and PostgreSQL schema).
+
+Workers are ``python -m tests.lease_worker`` processes; a worker in a PID
+namespace of its own (``unshare``) stands for a worker on another host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import BACKENDS
+from .raw_sql import open_store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(params=BACKENDS)
+def target(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """A SQLite path, or a PostgreSQL DSN with a schema of its own."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_dsn"))
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    return str(db_path)
+
+
+def worker(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [*prefix, sys.executable, "-m", "tests.lease_worker", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+    )
+
+
+def line_of(proc: subprocess.Popen[str], timeout: float = 60) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line:
+        proc.wait(timeout=timeout)
+        assert proc.stderr is not None
+        pytest.fail(f"worker exited early ({proc.returncode}): {proc.stderr.read()}")
+    return line
+
+
+async def contents(target: str, session_id: str) -> list[Any]:
+    db = open_store(target)
+    try:
+        return [m["content"] for m in await db.get_messages(session_id)]
+    finally:
+        await db.close()
+
+
+async def seed(target: str, session_id: str = "s") -> None:
+    db = open_store(target)
+    try:
+        await db.create_session(session_id, "cli")
+    finally:
+        await db.close()
+
+
+@pytest.mark.slow
+async def test_four_processes_never_interleave_their_turns(target: str) -> None:
+    await seed(target)
+    turns = 6
+    procs = [worker("turns", target, "s", f"w{k}", str(turns)) for k in range(4)]
+    reports = [json.loads(await asyncio.to_thread(line_of, proc, 120)) for proc in procs]
+    for proc in procs:
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+    transcript = await contents(target, "s")
+    assert len(transcript) == 4 * turns * 2
+    for start, end in zip(transcript[::2], transcript[1::2]):
+        who, turn, kind = start.split(":")
+        assert (kind, end) == ("start", f"{who}:{turn}:end"), transcript  # nothing between a turn's two rows
+    for report in reports:
+        assert report["tokens"] == sorted(report["tokens"]) and len(set(report["tokens"])) == turns
+    every_token = [t for r in reports for t in r["tokens"]]
+    assert len(set(every_token)) == len(every_token)  # no acquisition ever shared a token
+    assert sum(r["waited"] for r in reports) > 0  # they did contend
+
+
+@pytest.mark.slow
+async def test_a_stale_holder_is_refused_after_a_takeover(target: str) -> None:
+    await seed(target)
+    go = Path(target + ".go") if not target.startswith("postgresql") else Path(os.environ["HERMES_HOME"]) / "go"
+    proc = worker("stale", target, "s", "worker-a", str(go))
+    try:
+        assert await asyncio.to_thread(line_of, proc) == "held"
+        db = open_store(target)
+        try:
+            # worker-a's lease (TTL 0.5 s, never refreshed) expires; worker-b takes over.
+            assert await db.acquire_session_turn_lease("s", "worker-b", wait_seconds=10, poll_interval_seconds=0.05)
+            go.touch()
+            assert await asyncio.to_thread(line_of, proc) == "refused"
+            await db.append_message("s", "user", "worker-b:start", turn_lease_holder="worker-b")
+            assert await db.refresh_session_turn_lease("s", "worker-b")  # worker-a's exit released nothing of b's
+        finally:
+            await db.close()
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert await contents(target, "s") == ["worker-a:start", "worker-b:start"]
+
+
+@pytest.mark.slow
+async def test_a_killed_holder_on_this_host_is_taken_over_before_its_ttl(target: str) -> None:
+    await seed(target)
+    proc = worker("hold", target, "s", "doomed", "600")
+    try:
+        assert (await asyncio.to_thread(line_of, proc)).startswith("held")
+        db = open_store(target)
+        try:
+            assert not await db.try_acquire_session_turn_lease("s", "successor")
+            proc.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(proc.wait, 30)
+            started = time.monotonic()
+            assert await db.acquire_session_turn_lease("s", "successor", wait_seconds=30, poll_interval_seconds=0.05)
+            assert time.monotonic() - started < 10  # the recorded process is gone: no 600 s wait
+            await db.append_message("s", "user", "successor:start", turn_lease_holder="successor")
+        finally:
+            await db.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert await contents(target, "s") == ["doomed:start", "successor:start"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+async def test_a_killed_holder_on_another_host_is_taken_over_after_its_ttl(target: str) -> None:
+    """A holder in its own PID namespace stands for another host: its pid means nothing here."""
+    await seed(target)
+    ttl = 3.0
+    proc = worker("hold", target, "s", "remote", str(ttl), prefix=("unshare", "--pid", "--fork", "--kill-child"))
+    try:
+        line = await asyncio.to_thread(line_of, proc)
+        acquired_at = time.time()
+        assert line == "held 1"  # pid 1 of its own namespace
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(proc.wait, 30)
+        db = open_store(target)
+        try:
+            assert await db.acquire_session_turn_lease("s", "successor", wait_seconds=30, poll_interval_seconds=0.05)
+            assert time.time() - acquired_at >= ttl - 0.5  # the TTL decided, not a pid lookup
+            await db.append_message("s", "user", "successor:start", turn_lease_holder="successor")
+        finally:
+            await db.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert await contents(target, "s") == ["remote:start", "successor:start"]
