@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from hermes_state import SessionTurnLeaseLostError
 from hermes_state.postgres import SessionDB
 from hermes_state.postgres.layout import LAYOUT, LAYOUT_KEY, ORIGIN_KEY, UPSTREAM_KEY
 from hermes_state.postgres.schema import SCHEMA_VERSION, TABLES
@@ -200,6 +201,10 @@ async def test_upstream_layout_migrates_in_place(pg_dsn: str, layout: str) -> No
         async with SessionDB(pg_dsn) as db:
             facts = db._backend._facts  # type: ignore[attr-defined]
             assert facts["reconciled"] is True and facts["migrated_from"].startswith("async-hermes-agent")
+            if any("session_turn_leases" in s for s in LAYOUTS[layout][1]):
+                leases = await conn.fetch("SELECT conversation_id, holder, token, holder_host FROM session_turn_leases")
+                assert [tuple(r) for r in leases] == [("s-main", "pid=1:worker=a", leases[0]["token"], None)]
+                assert leases[0]["token"] > 0  # the expired lease is gone, the live one kept with a token
             await assert_reads_back(db, sessions, messages)
             assert (await db.get_messages_as_conversation("s-main"))[2]["content"] == {"answer": "structured"}
             assert await db.get_session_title("s-main") == "Main work"
@@ -208,6 +213,8 @@ async def test_upstream_layout_migrates_in_place(pg_dsn: str, layout: str) -> No
             assert {h["session_id"] for h in hits} == {"s-main"}
             assert [h["session_id"] for h in await db.search_messages("SUMMARY")] == ["s-compact"]
             assert (await db.get_session("s-tip") or {})["conversation_id"] == "s-root"
+            if any("session_turn_leases" in s for s in LAYOUTS[layout][1]):
+                await leases_carry_over(db)
             await writes_work(db, conn)
 
         meta = dict(await conn.fetch("SELECT key, value FROM state_meta"))
@@ -223,13 +230,24 @@ async def test_upstream_layout_migrates_in_place(pg_dsn: str, layout: str) -> No
         if "async_delegations" in {k.split(".")[0] for k in types}:  # upstream's tool table: left alone
             assert types["async_delegations.owner_instance_id"] == "text"
             assert await conn.fetchval("SELECT owner_instance_id FROM async_delegations") == "7:abc"
-        if any("session_turn_leases" in s for s in LAYOUTS[layout][1]):
-            leases = await conn.fetch("SELECT conversation_id, holder, token FROM session_turn_leases")
-            assert [(r[0], r[1]) for r in leases] == [("s-main", "pid=1:worker=a")]  # the expired one is gone
-            assert leases[0]["token"] > 0
         await assert_opens_without_ddl(pg_dsn)
     finally:
         await conn.close()
+
+
+async def leases_carry_over(db: SessionDB) -> None:
+    """Upstream's live lease still holds, fences and releases under its holder; the expired one is gone."""
+    holder = "pid=1:worker=a"
+    assert not await db.try_acquire_session_turn_lease("s-main", "intruder", ttl_seconds=60)
+    with pytest.raises(SessionTurnLeaseLostError):
+        await db.append_message("s-main", "user", "stale", turn_lease_holder="intruder")
+    await db.append_message("s-main", "user", "fenced", turn_lease_holder=holder)
+    assert await db.refresh_session_turn_lease("s-main", holder, ttl_seconds=60)
+    await db.release_session_turn_lease("s-main", holder)
+    assert await db.try_acquire_session_turn_lease("s-main", "intruder", ttl_seconds=60)
+    await db.release_session_turn_lease("s-main", "intruder")
+    assert await db.try_acquire_session_turn_lease("s-compact", "worker-c", ttl_seconds=60)
+    await db.release_session_turn_lease("s-compact", "worker-c")
 
 
 async def writes_work(db: SessionDB, conn: Any) -> None:
@@ -437,7 +455,8 @@ async def test_a_failure_at_commit_leaves_nothing_and_a_retry_succeeds(pg_dsn: s
 
 _OPENER = textwrap.dedent("""
     import asyncio, json, sys
-    from hermes_state.postgres import SessionDB
+    from hermes_state import SessionTurnLeaseLostError
+from hermes_state.postgres import SessionDB
 
     async def main():
         async with SessionDB(sys.argv[1]) as db:

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..encoding import encode_content
+from .clock import DB_NOW
 from .content import JSON, to_columns
 
 __all__ = [
@@ -265,6 +266,12 @@ async def merge_usage_rows(conn: Any) -> None:
 
 
 async def live_leases(conn: Any) -> None:
-    """Keep upstream's live turn leases, each with a fencing token; drop the expired ones (they grant nothing)."""
-    await conn.execute("DELETE FROM session_turn_leases WHERE expires_at <= EXTRACT(EPOCH FROM clock_timestamp())")
+    """Keep upstream's live turn leases, each with a fencing token; drop the expired ones (they grant nothing).
+
+    A kept row names no host (``holder_host`` NULL), so only its TTL or its
+    holder's release ends it: upstream's holder strings identify no process
+    here. Upstream keyed leases by the compression root, which is the
+    conversation id of every continuation here too.
+    """
+    await conn.execute(f"DELETE FROM session_turn_leases WHERE expires_at <= {DB_NOW}")
     await conn.execute("UPDATE session_turn_leases SET token = nextval('session_turn_lease_tokens')")
