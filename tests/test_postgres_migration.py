@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -455,8 +456,7 @@ async def test_a_failure_at_commit_leaves_nothing_and_a_retry_succeeds(pg_dsn: s
 
 _OPENER = textwrap.dedent("""
     import asyncio, json, sys
-    from hermes_state import SessionTurnLeaseLostError
-from hermes_state.postgres import SessionDB
+    from hermes_state.postgres import SessionDB
 
     async def main():
         async with SessionDB(sys.argv[1]) as db:
@@ -490,13 +490,15 @@ async def test_two_processes_opening_at_once_migrate_once(pg_admin_dsn: str, tmp
                 for _ in range(2)
             ]
             try:
-                for _ in range(600):
+                deadline = time.monotonic() + 180  # interpreter start and imports, on a loaded machine
+                waiting = 0
+                while waiting < 2 and time.monotonic() < deadline:
+                    exited = [p for p in procs if p.poll() is not None]
+                    assert not exited, exited[0].communicate()
+                    await asyncio.sleep(0.05)
                     waiting = await conn.fetchval(
                         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
                         "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
-                    if waiting == 2 or any(p.poll() is not None for p in procs):
-                        break
-                    await asyncio.sleep(0.05)
                 assert waiting == 2
                 await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
                 outputs = [await asyncio.to_thread(p.communicate, timeout=120) for p in procs]

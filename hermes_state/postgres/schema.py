@@ -3,19 +3,24 @@
 Table, column, index and foreign-key names are the reference's; the column
 set of ``sessions`` and ``messages`` is SQLite's, so a row read back has the
 same keys on both backends. Fixes over the reference (spec §7): TEXT ids,
-server defaults, no payload snapshots (real columns only), a composite
+server defaults, no payload snapshots (real columns only: a database
+upstream wrote has its snapshots read into columns and dropped when it is
+migrated, see :mod:`.upstream` for why), a composite
 primary key on usage rows for ``ON CONFLICT`` upserts, a unique title index,
 a stored ``tsvector`` column with its GIN index (and a ``pg_trgm`` index where
 the extension can be had; :mod:`.search_schema`), and an explicit
 ``content_kind`` column for structured content (PostgreSQL TEXT cannot hold
 the NUL marker SQLite uses).
 
-This module declares the layout; :mod:`.migration` opens it: a catalog
-check under ``pg_advisory_xact_lock`` that runs no DDL when the schema is
-current, else one atomic migration in place from any layout it knows (an
-empty schema, earlier hermes-state layouts, async-hermes-agent's), and a
-``RuntimeError`` for a shape it does not. :mod:`.layout` says how layouts are
-recognised and marked.
+This module declares the layout (an added table, column, index, function or
+trigger, or a changed definition, needs nothing more: the next open adds or
+replaces it; a change that existing rows must follow raises
+:data:`.layout.LAYOUT` and teaches :mod:`.migration` the step).
+:mod:`.migration` opens it: a catalog check under the advisory lock that runs
+no DDL when the schema is current, else one atomic migration in place from
+any layout it knows (an empty schema, earlier hermes-state layouts,
+async-hermes-agent's), and a ``RuntimeError`` for a shape it does not.
+:mod:`.layout` says how layouts are recognised and marked.
 """
 
 from __future__ import annotations

@@ -19,7 +19,13 @@ so some values lived only in the snapshot:
 Once those are in columns the snapshots hold nothing a reader needs, and they
 are dropped (with ``sessions.last_active``, which nothing here maintains, and
 the usage rows' identity ``id``, replaced by the composite key our upserts
-name). The steps run inside :func:`.schema.ensure_schema`'s transaction,
+name). Dropped rather than kept writable (NOT NULL lifted, no longer
+written): nothing here would read them, so they would go stale at the first
+write, and an upstream process still pointed at the database would read the
+stale copy (its readers start from the snapshot) where, with the columns
+gone, upstream from 0d6ee3e28 on refuses the database outright. They also
+held a second copy of every message, and ``get_session`` returns every
+column of ``sessions``. The steps run inside :func:`.schema.ensure_schema`'s transaction,
 before the columns are dropped; a row whose snapshot is not JSON (or not an
 object) keeps its columns, as upstream's reader did.
 """
