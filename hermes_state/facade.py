@@ -48,6 +48,11 @@ def require_id(value: Any, name: str = "session_id") -> str:
         raise ValueError(f"{name} must be a non-empty string")
     if "\x00" in value:
         raise ValueError(f"{name} must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{name} must not contain lone surrogates (text that is not valid Unicode)") from None
     return value
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LOCAL_HOST", "is_local", "local_host_token", "process_identity", "process_started", "process_is_gone"]
+__all__ = [
+    "LOCAL_HOST", "is_local", "local_host_token", "pid_is_gone", "process_identity", "process_is_gone", "process_started",
+]
 
 
 def local_host_token() -> str | None:
@@ -66,6 +68,20 @@ def process_identity() -> tuple[str | None, int, int | None]:
     return LOCAL_HOST, pid, process_started(pid)
 
 
+def pid_is_gone(pid: int) -> bool:
+    """True when no process of this PID namespace has ``pid``, or it is a zombie; any doubt answers False."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError, OverflowError):
+        return False
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] == "Z"
+
+
 def process_is_gone(host: str | None, pid: int | None, started: int | None) -> bool:
     """True only when the recorded process ran in this process table and no longer runs.
 
@@ -75,18 +91,7 @@ def process_is_gone(host: str | None, pid: int | None, started: int | None) -> b
     """
     if not is_local(host) or pid is None or pid <= 0:
         return False
-    if pid == os.getpid():
-        return started is not None and started != process_started(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError, OverflowError):
-        return False
-    fields = _stat_fields(pid)
-    if fields is None:
-        return False
-    if fields[0] == "Z":
+    if pid != os.getpid() and pid_is_gone(pid):
         return True
     now_started = process_started(pid)
     return started is not None and now_started is not None and now_started != started

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from .commands.leases import TurnFence
 from .errors import (
@@ -22,10 +21,15 @@ from .errors import (
     SessionNotFoundError,
     SessionTurnLeaseLostError,
 )
-from .lease_host import is_local, process_is_gone
+from .lease_host import is_local, pid_is_gone, process_is_gone
 
 __all__ = [
     "import_result",
+    "RestorePlan",
+    "restore_gap",
+    "restore_plan",
+    "restore_result",
+    "restore_title_clash",
     "CHILD_INHERITED_COLUMNS",
     "NUMBERED_TITLE",
     "RESET_REASONS",
@@ -65,20 +69,7 @@ def holder_process_is_dead(holder: str) -> bool:
     if match is None:
         return False
     pid = int(match.group(1))
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError, OverflowError):
-        return False
-    try:
-        # Field 3 of /proc/<pid>/stat is the state; "Z" is a killed, unreaped process.
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+    return pid != os.getpid() and pid_is_gone(pid)
 
 
 def fence_holds(fence: TurnFence | None, lease_holder: str | None, lease_token: int | None) -> bool:
@@ -219,3 +210,61 @@ def import_result(sessions: Iterable[Any], fresh: list[Any], existing: set[str],
         "skipped_ids": skipped,
         "errors": [],
     }
+
+
+class RestorePlan(NamedTuple):
+    """What a ``RestoreRows`` handler writes: rows, then the parent links, after checking the titles."""
+
+    rows: list[tuple[Any, ...]]  # the first row of each key; sessions without their parent link
+    links: dict[str, str]  # session id -> parent, set once every row of the call is in
+    titles: list[tuple[str, str]]  # (session id, title) of the rows that carry a title
+
+
+def restore_plan(table: str, key: Sequence[str], columns: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> RestorePlan:
+    """Split a ``RestoreRows`` command into a :class:`RestorePlan` (the same on every backend)."""
+    at = [columns.index(name) for name in key]
+    first: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for row in rows:  # a key named twice: the first row counts, the second is skipped
+        first.setdefault(tuple(row[i] for i in at), row)
+    plan = list(first.values())
+    links: dict[str, str] = {}
+    titles: list[tuple[str, str]] = []
+    if table == "sessions":
+        if "title" in columns:
+            t = columns.index("title")
+            titles = [(row[at[0]], row[t]) for row in plan if row[t] is not None]
+        if "parent_session_id" in columns:
+            p = columns.index("parent_session_id")
+            links = {row[at[0]]: row[p] for row in plan if row[p] is not None}
+            plan = [(*row[:p], None, *row[p + 1 :]) for row in plan]
+    return RestorePlan(plan, links, titles)
+
+
+def restore_result(
+    key: Sequence[str], columns: Sequence[str], rows: Iterable[tuple[Any, ...]], inserted: set[tuple[Any, ...]], detached: list[str]
+) -> dict[str, Any]:
+    """``restore_rows``' result: how many rows went in, the keys left alone, the sessions stored without their parent."""
+    at = [columns.index(name) for name in key]
+    keys = [tuple(row[i] for i in at) for row in rows]
+    return {"inserted": len(inserted), "skipped": [k for k in keys if k not in inserted], "detached": detached}
+
+
+def restore_title_clash(rows: Iterable[tuple[str, str]], holders: dict[str, str]) -> str | None:
+    """Why a restore of ``(session id, title)`` rows breaks title uniqueness, or None.
+
+    ``holders`` maps each of those titles to the session holding it in the
+    store; a row may keep its own title (its session is skipped as present).
+    """
+    seen = dict(holders)
+    for session_id, title in rows:
+        holder = seen.setdefault(title, session_id)
+        if holder != session_id:
+            return f"session {session_id!r}: title {title!r} is already used by session {holder!r}"
+    return None
+
+
+def restore_gap(session_id: str, have: int, start: int) -> str | None:
+    """Why messages for positions ``start``... cannot follow the ``have`` a session holds, or None."""
+    if start <= have:
+        return None
+    return f"session {session_id!r} holds {have} message(s); rows for position {start} on would leave a gap"

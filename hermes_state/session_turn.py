@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .commands.leases import RefreshTurnLease, TurnFence
@@ -57,6 +56,7 @@ class SessionTurn:
         self._lost = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
         self._held = False
+        self._fence: TurnFence | None = None
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else ("held" if self._held else "not held")
@@ -92,6 +92,7 @@ class SessionTurn:
                 raise SessionTurnAbortedError(self.session_id)
             raise SessionTurnTimeoutError(self.session_id, self._options[1])
         self.token, self.conversation_id, self.waited = granted
+        self._fence = TurnFence(holder=self.holder, token=self.token, ttl_seconds=self.ttl_seconds)
         self._held = True
         self._refresher = asyncio.get_running_loop().create_task(self._keep_fresh(), name="hermes-turn-refresh")
         return self
@@ -149,23 +150,17 @@ class SessionTurn:
 
     # ------------------------------------------------------------ fenced writes
 
-    @contextmanager
-    def _fenced(self) -> Iterator[None]:
+    async def _run(self, call: Callable[[], Awaitable[T]]) -> T:
         self.check()
         var = active_fence()
-        reset = var.set(TurnFence(holder=self.holder, token=self.token, ttl_seconds=self.ttl_seconds))
+        reset = var.set(self._fence)
         try:
-            yield
+            return await call()
+        except SessionTurnLeaseLostError:
+            self._lost.set()
+            raise
         finally:
             var.reset(reset)
-
-    async def _run(self, call: Callable[[], Awaitable[T]]) -> T:
-        with self._fenced():
-            try:
-                return await call()
-            except SessionTurnLeaseLostError:
-                self._lost.set()
-                raise
 
     async def append_message(self, *args: Any, **kwargs: Any) -> int:
         """``SessionDB.append_message`` fenced by this turn; returns the new row id."""

@@ -39,6 +39,7 @@ from .methods.health import HealthMethods
 from .methods.leases import TurnLeaseMethods, transcript_fence
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
+from .methods.rows import RowMethods
 from .methods.search import SearchMethods
 from .methods.titles import TitleMethods
 from .methods.usage import UsageMethods
@@ -446,11 +447,15 @@ class CoreMethods(StoreBase):
         offset: int = 0,
         latest: bool = False,
         after_id: int | None = None,
+        *,
+        before_id: int | None = None,
     ) -> list[dict[str, Any]]:
         """Return the session's message rows in id order (decoded), optionally paged.
 
         ``latest=True`` takes the page from the newest end but still returns
         it oldest first. ``after_id`` cannot be combined with ``latest`` or ``offset``.
+        ``before_id`` keeps the rows with a smaller id; with ``latest=True`` and
+        a ``limit`` it reads the page just before a row (keyset paging backwards).
         """
         if after_id is not None and (latest or offset):
             raise ValueError("after_id is incompatible with latest/offset paging")
@@ -463,8 +468,10 @@ class CoreMethods(StoreBase):
             raise ValueError("offset must be non-negative")
         if after_id is not None:
             after_id = count_arg(after_id, "after_id")
+        if before_id is not None:
+            before_id = count_arg(before_id, "before_id")
         return await self._query(
-            "get_messages", require_id(session_id), bool(include_inactive), limit, offset, bool(latest), after_id
+            "get_messages", require_id(session_id), bool(include_inactive), limit, offset, bool(latest), after_id, before_id
         )
 
     async def get_messages_as_conversation(
@@ -504,6 +511,7 @@ class SessionDB(
     ListingMethods,
     UsageMethods,
     MaintenanceMethods,
+    RowMethods,
     HealthMethods,
     CoreMethods,
 ):

@@ -31,6 +31,28 @@ def run_cli(home: Path, *args: str, stdin: bytes | None = None, timeout: float =
     )
 
 
+# VmHWM is this process's own peak; getrusage's ru_maxrss would carry over the forking
+# process's peak across exec on Linux.
+PEAK_RSS = """
+import sys
+from hermes_state.cli import main
+code = main(sys.argv[1:])
+with open("/proc/self/status") as status:
+    peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+sys.stderr.write(f"peak_rss_kib={peak}\\n")
+raise SystemExit(code)
+"""
+
+
+def run_measured(home: Path, *args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run the command in a subprocess that reports its own peak RSS; returns the process and the peak (KiB)."""
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, *args], capture_output=True, text=True,
+                          env=cli_env(home), timeout=timeout, cwd=str(home))
+    marker = [line for line in done.stderr.splitlines() if line.startswith("peak_rss_kib=")]
+    assert marker, done.stderr
+    return done, int(marker[-1].split("=", 1)[1])
+
+
 def run_json(home: Path, *args: str) -> Any:
     done = run_cli(home, *args, "--json")
     assert done.returncode == 0, done.stderr

@@ -142,10 +142,9 @@ def pg_admin_dsn() -> str:
     return server_dsn()
 
 
-@pytest.fixture
-async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[Any]:
-    """A fresh writable store on the parametrised backend, closed after the test."""
-    if request.param == "postgres":
+async def fresh_store(backend: str, db_path: Path) -> AsyncIterator[Any]:
+    """Yield a fresh writable store on ``backend`` (SQLite at ``db_path``, or a schema of its own); close it after."""
+    if backend == "postgres":
         from hermes_state.postgres import SessionDB as PostgresSessionDB
 
         from .postgres_support import server_dsn, store_dsn, temporary_schema
@@ -163,6 +162,13 @@ async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[
         yield db
     finally:
         await db.close()
+
+
+@pytest.fixture
+async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[Any]:
+    """A fresh writable store on the parametrised backend, closed after the test."""
+    async for db in fresh_store(request.param, db_path):
+        yield db
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def test_version_help_and_usage_errors(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.startswith("hermes-state 0.")
     done = run_cli(tmp_path, "--help")
     assert done.returncode == 0
-    for code in ("0  success", "2  usage", "3  not found", "4  copy verification"):
+    for code in ("0  success", "2  usage", "3  not found", "4  the two stores differ"):
         assert code in done.stdout
     assert "``" not in done.stdout and ":meth:" not in done.stdout
     for command in ("info", "sessions", "search", "export", "import", "doctor", "copy", "quickstart"):
@@ -232,18 +232,19 @@ def test_export_import_round_trip(built: Path, tmp_path: Path) -> None:
     done = run_cli(tmp_path, "--db", str(built), "export", "-o", str(out))
     assert done.returncode == 0 and "exported 5 session(s), 9 message(s)" in done.stdout
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(lines) == 5
-    order = [s["id"] for s in lines]
+    header, rows, end = lines[0], lines[1:-1], lines[-1]
+    assert header["format"] == "hermes-state-export" and header["format_version"] == 2
+    assert header["schema_version"] == 25 and header["backend"] == "sqlite" and header["scope"] == "store"
+    assert end == {"end": {"rows": {"system_prompts": 1, "sessions": 5, "messages": 9, "session_model_usage": 1}}}
+    order = [r["row"]["id"] for r in rows if r["table"] == "sessions"]
     assert order.index("deploy-1") < order.index("child-3")  # parents first
     copy = tmp_path / "copy" / "state.db"
     imported = run_json(tmp_path, "--db", str(copy), "import", str(out))
-    assert imported["imported"] == 5 and imported["detached"] == 0 and imported["errors"] == []
+    assert imported["imported"] == 5 and imported["inserted"]["messages"] == 9 and imported["conflicts"] == []
     again = run_json(tmp_path, "--db", str(copy), "import", str(out))
-    assert again["imported"] == 0 and again["skipped"] == 5  # a re-run never duplicates
-    original = run_json(tmp_path, "--db", str(built), "sessions", "show", "deploy-1")
+    assert again["imported"] == 0 and again["skipped"] == 5 and again["inserted"] == {}  # a re-run never duplicates
+    assert run_cli(tmp_path, "verify", str(built), str(copy)).returncode == 0  # every row, every column
     restored = run_json(tmp_path, "--db", str(copy), "sessions", "show", "deploy-1")
-    keys = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "timestamp")
-    assert [{k: m[k] for k in keys} for m in original["messages"]] == [{k: m[k] for k in keys} for m in restored["messages"]]
     assert restored["session"]["title"] == "Compose outage" and restored["session"]["input_tokens"] == 1500
     child = run_json(tmp_path, "--db", str(copy), "sessions", "show", "child-3")
     assert child["session"]["parent_session_id"] == "deploy-1"
@@ -254,17 +255,76 @@ def test_export_import_round_trip(built: Path, tmp_path: Path) -> None:
 def test_export_selected_to_stdout_and_import_from_stdin(built: Path, tmp_path: Path) -> None:
     done = run_cli(tmp_path, "--db", str(built), "export", "chat-2", "deploy-1")
     assert done.returncode == 0
-    assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == ["chat-2", "deploy-1"]
+    rows = [json.loads(line) for line in done.stdout.splitlines()[1:-1]]
+    assert sorted(r["row"]["id"] for r in rows if r["table"] == "sessions") == ["chat-2", "deploy-1"]
+    assert [r["row"]["hash"] for r in rows if r["table"] == "system_prompts"]  # deploy-1's prompt travels with it
+    assert json.loads(done.stdout.splitlines()[0])["scope"] == "sessions"
     both = run_cli(tmp_path, "--db", str(built), "export", "chat-2", "--source", "cli")
     assert both.returncode == 2 and "not both" in one_error_line(both)
     by_source = run_cli(tmp_path, "--db", str(built), "export", "--source", "telegram")
-    assert [json.loads(line)["id"] for line in by_source.stdout.splitlines()] == ["chat-2"]
+    assert [json.loads(line)["row"]["id"] for line in by_source.stdout.splitlines()
+            if json.loads(line).get("table") == "sessions"] == ["chat-2"]
     missing = run_cli(tmp_path, "--db", str(built), "export", "chat-2", "ghost")
     assert missing.returncode == 3 and "ghost" in missing.stderr
     target = tmp_path / "piped.db"
     piped = run_cli(tmp_path, "--db", str(target), "import", "-", "--json", stdin=done.stdout.encode())
     assert piped.returncode == 0, piped.stderr
     assert json.loads(piped.stdout)["imported"] == 2
+
+
+async def test_import_resumes_a_cut_session_and_leaves_a_conflicting_one_alone(built: Path, tmp_path: Path) -> None:
+    out = tmp_path / "all.jsonl"
+    assert run_cli(tmp_path, "--db", str(built), "export", "-o", str(out)).returncode == 0
+    target = tmp_path / "t.db"
+    async with SessionDB(built, read_only=True) as source, SessionDB(target) as db:
+        # What an interrupted import leaves: deploy-1's row and its first 2 of 4 messages.
+        await db.restore_rows("system_prompts", await source.dump_rows("system_prompts"))
+        await db.restore_rows("sessions", await source.find_rows("sessions", ["deploy-1"]))
+        await db.restore_messages("deploy-1", (await source.dump_messages("deploy-1"))[:2], start=0)
+        # And a session of the target's own that happens to share an id with the file.
+        await db.create_session("chat-2", "mine")
+        await db.append_message("chat-2", "user", "not from the file")
+    done = run_cli(tmp_path, "--db", str(target), "import", str(out), "--json")
+    assert done.returncode == 4, done.stderr
+    report = json.loads(done.stdout)
+    assert report["imported"] == 3 and report["skipped"] == 1 and report["inserted"]["messages"] == 2 + 1 + 1 + 1
+    assert [(c["table"], c["key"]) for c in report["conflicts"]] == [("sessions", ["chat-2"])]
+    mine = run_json(tmp_path, "--db", str(target), "sessions", "show", "chat-2")
+    assert mine["session"]["source"] == "mine" and [m["content"] for m in mine["messages"]] == ["not from the file"]
+    deploy = run_json(tmp_path, "--db", str(target), "sessions", "show", "deploy-1")["messages"]
+    original = run_json(tmp_path, "--db", str(built), "sessions", "show", "deploy-1")["messages"]
+    assert [m["content"] for m in deploy] == [m["content"] for m in original]  # completed, nothing twice
+    again = run_cli(tmp_path, "--db", str(target), "import", str(out), "--json")
+    assert again.returncode == 4 and json.loads(again.stdout)["inserted"] == {}
+
+
+def test_an_export_of_the_previous_format_still_imports(built: Path, tmp_path: Path) -> None:
+    fixture = Path(__file__).parent / "fixtures" / "export-v1.jsonl"  # written by the release before format 2
+    target = tmp_path / "v1.db"
+    report = run_json(tmp_path, "--db", str(target), "import", str(fixture))
+    assert report["imported"] == 5 and report["errors"] == []
+    for session_id in ("deploy-1", "chat-2", "child-3", "old-4", "pin-5"):
+        old = run_json(tmp_path, "--db", str(built), "sessions", "show", session_id)
+        new = run_json(tmp_path, "--db", str(target), "sessions", "show", session_id)
+        keys = ("role", "content", "tool_calls", "tool_call_id", "tool_name")
+        assert [{k: m[k] for k in keys} for m in new["messages"]] == [{k: m[k] for k in keys} for m in old["messages"]]
+    assert run_json(tmp_path, "--db", str(target), "sessions", "show", "child-3")["session"]["parent_session_id"] == "deploy-1"
+
+
+def test_an_unknown_newer_or_cut_export_is_refused(built: Path, tmp_path: Path) -> None:
+    lines = run_cli(tmp_path, "--db", str(built), "export").stdout.splitlines()
+    header = json.loads(lines[0])
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text("\n".join([json.dumps({**header, "format_version": 3, "schema_version": 31}), *lines[1:]]) + "\n")
+    target = tmp_path / "t.db"
+    done = run_cli(tmp_path, "--db", str(target), "import", str(newer))
+    assert done.returncode == 1
+    assert "format version 3 (schema version 31)" in one_error_line(done) and "upgrade hermes-state" in done.stderr
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-3]) + "\n")
+    done = run_cli(tmp_path, "--db", str(target), "import", str(cut))
+    assert done.returncode == 1 and "no end line" in one_error_line(done)
+    assert not target.exists()  # refused before the store was opened
 
 
 async def test_import_reads_the_json_the_api_exports(built: Path, tmp_path: Path) -> None:

@@ -9,32 +9,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .cli_support import build_store, cli_env, fill_store, one_error_line, run_cli, run_json
+from hermes_state import SessionDB
 
-# VmHWM is this process's own peak; getrusage's ru_maxrss would carry over the forking
-# pytest process's peak across exec on Linux.
-PEAK_RSS = """
-import sys
-from hermes_state.cli import main
-code = main(sys.argv[1:])
-with open("/proc/self/status") as status:
-    peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-sys.stderr.write(f"peak_rss_kib={peak}\\n")
-raise SystemExit(code)
-"""
-
-
-def run_measured(home: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
-    """Run the command in a subprocess that reports its own peak RSS (KiB)."""
-    done = subprocess.run([sys.executable, "-c", PEAK_RSS, *args], capture_output=True, text=True,
-                          env=cli_env(home), timeout=600, cwd=str(home))
-    marker = [line for line in done.stderr.splitlines() if line.startswith("peak_rss_kib=")]
-    assert marker, done.stderr
-    return done, int(marker[-1].split("=", 1)[1])
-
+from .cli_support import build_store, cli_env, fill_store, one_error_line, run_cli, run_json, run_measured
 
 def count_rows(path: Path, table: str) -> int:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
@@ -50,7 +31,8 @@ async def test_copy_between_sqlite_files_with_verification(tmp_path: Path) -> No
     destination = tmp_path / "b" / "state.db"
     done = run_cli(tmp_path, "--db", str(source), "copy", "--to", str(destination))
     assert done.returncode == 0, done.stderr
-    assert "copied 5 session(s)" in done.stdout and "verified 5 session(s)" in done.stdout
+    assert "copied 5 session(s) and 9 message(s)" in done.stdout
+    assert "verified 16 row(s) in 4 table(s)" in done.stdout  # 1 prompt, 5 sessions, 9 messages, 1 usage row
     back = tmp_path / "c" / "state.db"
     report = run_json(tmp_path, "--db", str(back), "copy", "--from", str(destination))
     assert report["imported"] == 5 and report["verified"] is True and report["mismatches"] == []
@@ -58,7 +40,7 @@ async def test_copy_between_sqlite_files_with_verification(tmp_path: Path) -> No
     child = run_json(tmp_path, "--db", str(back), "sessions", "show", "child-3")["session"]
     assert child["parent_session_id"] == "deploy-1"
     again = run_json(tmp_path, "--db", str(source), "copy", "--to", str(destination))
-    assert again["imported"] == 0 and again["skipped"] == 5 and again["verified"] is True
+    assert again["imported"] == 0 and again["skipped"] == 5 and again["inserted"] == {} and again["verified"] is True
 
 
 async def test_copy_verification_fails_on_any_difference(tmp_path: Path) -> None:
@@ -69,19 +51,43 @@ async def test_copy_verification_fails_on_any_difference(tmp_path: Path) -> None
     conn = sqlite3.connect(destination)
     conn.execute("UPDATE messages SET content = 'tampered' WHERE session_id = 'chat-2' AND role = 'assistant'")
     conn.execute("DELETE FROM messages WHERE session_id = 'pin-5'")
+    conn.execute("UPDATE session_model_usage SET input_tokens = input_tokens - 1")
     conn.commit()
     conn.close()
     assert run_cli(tmp_path, "--db", str(destination), "sessions", "delete", "old-4").returncode == 0
     done = run_cli(tmp_path, "--db", str(source), "copy", "--to", str(destination), "--verify-only", "--json")
     assert done.returncode == 4
-    problems = {p["session_id"]: p["problem"] for p in json.loads(done.stdout)["mismatches"]}
-    assert problems == {
-        "chat-2": "message content differs",
-        "pin-5": "0 messages in the destination, 1 in the source",
-        "old-4": "missing from the destination",
-    }
-    human = run_cli(tmp_path, "--db", str(source), "copy", "--to", str(destination), "--verify-only")
-    assert human.returncode == 4 and "verification failed: 3 of 5 session(s) differ" in human.stdout
+    mismatches = json.loads(done.stdout)["mismatches"]
+    problems = {(p["table"], p.get("session_id"), p.get("row", "")[:10]): p["problem"] for p in mismatches}
+    assert problems.pop(("messages", "chat-2", "message #2")) == "content differ"  # ids named too: each store's own
+    assert problems.pop(("messages", "pin-5", "")) == "the target holds 0 message(s), the source 1"
+    assert problems.pop(("sessions", "old-4", "")) == "missing from the target"
+    usage = problems.pop(("session_model_usage", "deploy-1", ""))
+    assert usage.startswith("input_tokens differ (input_tokens: source 1500, target 1499)")
+    assert problems == {}
+    human = run_cli(tmp_path, "verify", str(source), str(destination))
+    assert human.returncode == 4 and "verification failed: 4 difference(s)" in human.stdout
+    assert "MISMATCH sessions session_id=old-4: missing from the target" in human.stdout
+
+
+async def test_a_session_whose_title_the_destination_holds_is_left_out_and_named(tmp_path: Path) -> None:
+    source = tmp_path / "a.db"
+    await build_store(source)
+    destination = tmp_path / "b.db"
+    async with SessionDB(destination) as db:
+        await db.create_session("other", "cli")
+        await db.set_session_title("other", "Compose outage")  # deploy-1's title in the source
+    done = run_cli(tmp_path, "--db", str(source), "copy", "--to", str(destination), "--json")
+    assert done.returncode == 4
+    report = json.loads(done.stdout)
+    assert [(c["table"], c["key"]) for c in report["conflicts"]] == [("sessions", ["deploy-1"])]
+    assert "'Compose outage' is already used by session 'other'" in report["conflicts"][0]["problem"]
+    assert report["imported"] == 4 and report["detached"] == ["child-3"]  # its parent is the one left out
+    assert "session_model_usage" not in report["inserted"]  # deploy-1's usage stays out with it
+    found = {(m["table"], m.get("session_id")): m["problem"] for m in report["mismatches"]}
+    assert found[("sessions", "deploy-1")] == "missing from the target"
+    assert found[("sessions", "child-3")].startswith("parent_session_id differ")
+    assert run_json(tmp_path, "--db", str(destination), "sessions", "show", "other")["session"]["title"] == "Compose outage"
 
 
 def test_copy_refuses_the_same_store_and_bad_batches(tmp_path: Path) -> None:
@@ -100,7 +106,7 @@ async def test_an_interrupted_copy_resumes_without_duplicates(tmp_path: Path) ->
     source = tmp_path / "src.db"
     total = await fill_store(source, 600, 8)
     destination = tmp_path / "dst.db"
-    args = ["--db", str(source), "copy", "--to", str(destination), "--batch-sessions", "3"]
+    args = ["--db", str(source), "copy", "--to", str(destination), "--batch-sessions", "3", "--batch-messages", "16"]
     process = subprocess.Popen([sys.executable, "-m", "hermes_state", *args], env=cli_env(tmp_path),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(tmp_path))
     try:
@@ -108,7 +114,7 @@ async def test_an_interrupted_copy_resumes_without_duplicates(tmp_path: Path) ->
         while time.monotonic() < deadline:
             if destination.exists():
                 try:
-                    if count_rows(destination, "sessions") >= 30:
+                    if count_rows(destination, "messages") >= 400:
                         break
                 except sqlite3.OperationalError:
                     pass
@@ -118,11 +124,12 @@ async def test_an_interrupted_copy_resumes_without_duplicates(tmp_path: Path) ->
         process.wait(timeout=60)
         process.stdout.close()  # type: ignore[union-attr]
         process.stderr.close()  # type: ignore[union-attr]
-    copied = count_rows(destination, "sessions")
-    assert 30 <= copied < 600, "the copy was not interrupted part-way"
+    sessions, messages = count_rows(destination, "sessions"), count_rows(destination, "messages")
+    assert 400 <= messages < total, "the copy was not interrupted part-way"
     report = run_json(tmp_path, *args)
-    assert report["imported"] == 600 - copied and report["skipped"] == copied
-    assert report["verified"] is True
+    assert report["imported"] == 600 - sessions and report["skipped"] == sessions
+    assert report["inserted"]["messages"] == total - messages  # nothing written twice
+    assert report["verified"] is True and report["conflicts"] == []
     assert count_rows(destination, "sessions") == 600
     assert count_rows(destination, "messages") == total
 
@@ -130,18 +137,16 @@ async def test_an_interrupted_copy_resumes_without_duplicates(tmp_path: Path) ->
 async def test_a_partly_copied_large_session_is_completed(tmp_path: Path) -> None:
     source = tmp_path / "src.db"
     await fill_store(source, 1, 450, prefix="big")
-    exported = run_cli(tmp_path, "--db", str(source), "export").stdout
-    session = json.loads(exported)
-    session["messages"] = session["messages"][:130]  # what an interrupted copy leaves: a prefix
-    partial = tmp_path / "partial.jsonl"
-    partial.write_text(json.dumps(session) + "\n")
     destination = tmp_path / "dst.db"
-    assert run_json(tmp_path, "--db", str(destination), "import", str(partial))["imported"] == 1
+    async with SessionDB(source, read_only=True) as src, SessionDB(destination) as dst:
+        # What an interrupted copy leaves: the session row and a prefix of its messages.
+        await dst.restore_rows("sessions", await src.dump_rows("sessions"))
+        await dst.restore_messages("big00000", await src.dump_messages("big00000", limit=130), start=0)
     report = run_json(tmp_path, "--db", str(source), "copy", "--to", str(destination), "--batch-messages", "100")
-    assert report["skipped"] == 1 and report["appended_messages"] == 320 and report["verified"] is True
+    assert report["skipped"] == 1 and report["inserted"] == {"messages": 320} and report["verified"] is True
     fresh = tmp_path / "fresh.db"
     report = run_json(tmp_path, "--db", str(source), "copy", "--to", str(fresh), "--batch-messages", "100")
-    assert report["imported"] == 1 and report["appended_messages"] == 350 and report["verified"] is True
+    assert report["imported"] == 1 and report["inserted"]["messages"] == 450 and report["verified"] is True
     assert run_json(tmp_path, "--db", str(fresh), "info")["messages"] == 450
 
 
@@ -157,7 +162,10 @@ def write_jsonl(path: Path, sessions: int, per_session: int) -> None:
 
 
 def round_trip(home: Path, name: str, sessions: int, per_session: int) -> tuple[int, int]:
-    """Import a generated file and export it again in measured subprocesses; returns both peaks (KiB)."""
+    """Import a generated file and export it again in measured subprocesses; returns both peaks (KiB).
+
+    bench/transfer.py measures every command (import of an export, copy, verify too) at this size.
+    """
     source = home / f"{name}.jsonl"
     write_jsonl(source, sessions, per_session)
     store = home / f"{name}.db"
@@ -173,21 +181,23 @@ def round_trip(home: Path, name: str, sessions: int, per_session: int) -> tuple[
         for line in handle:
             session = json.loads(line)
             original[session["id"]] = [(m["role"], m["content"], m["timestamp"]) for m in session["messages"]]
+    again: dict[str, list[Any]] = {}
     with open(exported) as handle:
         for line in handle:
-            session = json.loads(line)
-            assert [(m["role"], m["content"], m["timestamp"]) for m in session["messages"]] == original.pop(session["id"])
-    assert original == {}
+            item = json.loads(line)
+            if item.get("table") == "messages":
+                row = item["row"]
+                again.setdefault(row["session_id"], []).append((row["role"], row["content"], row["timestamp"]))
+    assert again == original
     return import_peak, export_peak
 
 
 @pytest.mark.slow
 def test_export_import_of_100k_messages_in_bounded_memory(tmp_path: Path) -> None:
-    base_import, base_export = round_trip(tmp_path, "small", 10, 100)
-    big_import, big_export = round_trip(tmp_path, "large", 100, 1000)
+    base = round_trip(tmp_path, "small", 10, 100)
+    big = round_trip(tmp_path, "large", 100, 1000)
     assert (tmp_path / "large.jsonl").stat().st_size > 25 * 1024 * 1024  # more data than the memory allowed
     # Memory follows the batch size, not the store: 100x the data may cost only a fixed margin.
-    print(f"peak RSS KiB: import {big_import} (1k-message baseline {base_import}), "
-          f"export {big_export} (baseline {base_export})")
-    assert big_export < base_export + 24 * 1024
-    assert big_import < base_import + 48 * 1024
+    print(f"peak RSS KiB: import {big[0]} (1k-message baseline {base[0]}), export {big[1]} (baseline {base[1]})")
+    assert big[1] < base[1] + 24 * 1024
+    assert big[0] < base[0] + 48 * 1024

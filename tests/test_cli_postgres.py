@@ -69,23 +69,24 @@ async def test_copy_sqlite_to_postgres_to_sqlite_verified(tmp_path: Path, pg_url
 async def test_an_interrupted_copy_to_postgres_resumes(tmp_path: Path, pg_url: str) -> None:
     source = tmp_path / "src.db"
     total = await fill_store(source, 400, 6)
-    args = ["--db", str(source), "copy", "--to", pg_url, "--batch-sessions", "2"]
+    args = ["--db", str(source), "copy", "--to", pg_url, "--batch-sessions", "2", "--batch-messages", "12"]
     process = subprocess.Popen([sys.executable, "-m", "hermes_state", *args], env=cli_env(tmp_path),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp_path))
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             done = run_cli(tmp_path, "--db", pg_url, "info", "--json")
-            if done.returncode == 0 and json.loads(done.stdout)["sessions"] >= 20:
+            if done.returncode == 0 and json.loads(done.stdout)["messages"] >= 200:
                 break
             time.sleep(0.1)
         process.send_signal(signal.SIGKILL)
     finally:
         process.wait(timeout=60)
-    copied = run_json(tmp_path, "--db", pg_url, "info")["sessions"]
-    assert 20 <= copied < 400, "the copy was not interrupted part-way"
+    before = run_json(tmp_path, "--db", pg_url, "info")
+    assert 200 <= before["messages"] < total, "the copy was not interrupted part-way"
     report = run_json(tmp_path, *args)
-    assert report["skipped"] == copied and report["imported"] == 400 - copied and report["verified"] is True
+    assert report["skipped"] == before["sessions"] and report["imported"] == 400 - before["sessions"]
+    assert report["inserted"]["messages"] == total - before["messages"] and report["verified"] is True
     info = run_json(tmp_path, "--db", pg_url, "info")
     assert info["sessions"] == 400 and info["messages"] == total
 

@@ -84,15 +84,21 @@ async def _plan(conn: Any, statement: tuple[str, list[Any]] | None) -> str:
     return "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + statement[0], *statement[1]))
 
 
+async def kettle_store(admin: str, schema: str, rows: int) -> Any:
+    """A store in ``schema`` holding ``rows`` messages "old row N kettle"; returns a raw connection on the schema."""
+    async with PostgresSessionDB(store_dsn(admin, schema)) as db:
+        await db.create_session("s", "cli")
+        await db.append_messages_batch("s", [{"role": "user", "content": f"old row {i} kettle"} for i in range(rows)])
+    conn = await admin_connect(admin)
+    await conn.execute(f'SET search_path TO "{schema}"')
+    return conn
+
+
 async def test_an_older_schemas_expression_index_is_replaced_by_the_stored_vector(pg_schema: tuple[str, str]) -> None:
     admin, schema = pg_schema
     dsn = store_dsn(admin, schema)
-    async with PostgresSessionDB(dsn) as db:
-        await db.create_session("s", "cli")
-        await db.append_messages_batch("s", [{"role": "user", "content": f"old row {i} kettle"} for i in range(30)])
-    conn = await admin_connect(admin)
+    conn = await kettle_store(admin, schema, 30)
     try:
-        await conn.execute(f'SET search_path TO "{schema}"')
         # The layout version-25 schemas had before the stored column: an index on the expression.
         await conn.execute(f"ALTER TABLE messages DROP COLUMN {SEARCH_COLUMN}")
         await conn.execute(f"CREATE INDEX {SEARCH_INDEX} ON messages USING GIN (({SEARCH_DOCUMENT}))")
@@ -115,6 +121,39 @@ async def test_an_older_schemas_expression_index_is_replaced_by_the_stored_vecto
         async with PostgresSessionDB(dsn) as db:  # now current: no DDL
             await db.get_session("s")
             assert db._backend._facts["reconciled"] is False  # type: ignore[attr-defined]
+    finally:
+        await conn.close()
+
+
+# The vector expression stores made before long messages were bounded: the whole text.
+WHOLE_TEXT_DOCUMENT = (
+    "to_tsvector('simple', coalesce(content, '') || ' ' || coalesce(tool_name, '') || ' ' || coalesce(tool_calls, ''))"
+)
+
+
+async def test_a_vector_of_the_whole_text_is_regenerated_from_the_bounded_prefix(pg_schema: tuple[str, str]) -> None:
+    admin, schema = pg_schema
+    dsn = store_dsn(admin, schema)
+    log = " ".join(f"{i:08x}" for i in range(200_000))  # 1.8 MB of distinct words
+    conn = await kettle_store(admin, schema, 5)
+    try:
+        await conn.execute(f"ALTER TABLE messages DROP COLUMN {SEARCH_COLUMN}")
+        await conn.execute(f"ALTER TABLE messages ADD COLUMN {SEARCH_COLUMN} tsvector GENERATED ALWAYS AS ({WHOLE_TEXT_DOCUMENT}) STORED")
+        await conn.execute(f"CREATE INDEX {SEARCH_INDEX} ON messages USING GIN ({SEARCH_COLUMN})")
+        assert search_problems(await search_catalog(conn)) == [
+            f"search column {SEARCH_COLUMN} indexes whole messages, which fails for long ones "
+            "(a writable open regenerates it from their first 256 KiB)"
+        ]
+        with pytest.raises(Exception, match="too long for tsvector"):  # what such a schema does with a log dump
+            await conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('s', 'tool', $1, 0)", log)
+        async with PostgresSessionDB(dsn) as db:
+            assert db._backend._facts["reconciled"] is True  # type: ignore[attr-defined]
+            row_id = await db.append_message("s", "tool", log, tool_name="terminal")
+            assert len(await db.search_messages("kettle", limit=100)) == 5  # old rows got their vector again
+            assert [h["id"] for h in await db.search_messages("00001000")] == [row_id]
+            assert (await db.get_messages("s"))[-1]["content"] == log
+        assert search_problems(await search_catalog(conn)) == []
+        assert await conn.fetchval(f"SELECT count(*) FROM messages WHERE {SEARCH_COLUMN} = {SEARCH_DOCUMENT}") == 6
     finally:
         await conn.close()
 

@@ -162,10 +162,14 @@ def session_unread(session_row): ...
 
 STATIC_HELPERS = ("sanitize_title", "session_unread")
 
-# Parameters this store adds beyond the reference: keyword-only, with defaults, after the reference's own.
+# Keyword-only parameters this store adds to a reference method (with defaults: every reference call stays valid).
 EXTENSIONS: dict[str, dict[str, Any]] = {
-    name: {"turn_lease_holder": None, "turn_lease_ttl_seconds": 300.0}
-    for name in ("replace_messages", "rewind_to_message", "archive_and_compact", "publish_compression_child")
+    **{
+        name: {"turn_lease_holder": None, "turn_lease_ttl_seconds": 300.0}
+        for name in ("replace_messages", "rewind_to_message", "archive_and_compact", "publish_compression_child")
+    },
+    "get_messages": {"before_id": None},
+    "list_sessions_rich": {"started_after": None, "started_before": None, "pinned_only": False},
 }
 
 # Method groups written by other issues; their names may be missing until those land.
@@ -305,7 +309,7 @@ def test_methods_added_beyond_the_reference_are_documented() -> None:
     from hermes_state.methods.maintenance import MaintenanceMethods
     from hermes_state.methods.usage import UsageMethods
 
-    extras = {"iter_export_all", "export_all_to"}
+    extras = {"iter_export_all", "export_all_to", "get_session_model_usage", "usage_by_day"}
     for group in (ListingMethods, UsageMethods, MaintenanceMethods):
         for name, member in vars(group).items():
             if name.startswith("_") or not callable(member):

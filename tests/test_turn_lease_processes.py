@@ -60,6 +60,20 @@ async def contents(target: str, session_id: str) -> list[Any]:
         await db.close()
 
 
+async def kill_and_take_over(target: str, proc: subprocess.Popen[str]) -> float:
+    """SIGKILL the holder, wait for its lease as ``successor``, write fenced; returns when it was held."""
+    proc.send_signal(signal.SIGKILL)
+    await asyncio.to_thread(proc.wait, 30)
+    db = open_store(target)
+    try:
+        assert await db.acquire_session_turn_lease("s", "successor", wait_seconds=30, poll_interval_seconds=0.05)
+        held = time.time()
+        await db.append_message("s", "user", "successor:start", turn_lease_holder="successor")
+    finally:
+        await db.close()
+    return held
+
+
 async def seed(target: str, session_id: str = "s") -> None:
     db = open_store(target)
     try:
@@ -121,14 +135,10 @@ async def test_a_killed_holder_on_this_host_is_taken_over_before_its_ttl(target:
         db = open_store(target)
         try:
             assert not await db.try_acquire_session_turn_lease("s", "successor")
-            proc.send_signal(signal.SIGKILL)
-            await asyncio.to_thread(proc.wait, 30)
-            started = time.monotonic()
-            assert await db.acquire_session_turn_lease("s", "successor", wait_seconds=30, poll_interval_seconds=0.05)
-            assert time.monotonic() - started < 10  # the recorded process is gone: no 600 s wait
-            await db.append_message("s", "user", "successor:start", turn_lease_holder="successor")
         finally:
             await db.close()
+        started = time.time()
+        assert await kill_and_take_over(target, proc) - started < 10  # the recorded process is gone: no 600 s wait
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -146,15 +156,7 @@ async def test_a_killed_holder_on_another_host_is_taken_over_after_its_ttl(targe
         line = await asyncio.to_thread(line_of, proc)
         acquired_at = time.time()
         assert line == "held 1"  # pid 1 of its own namespace
-        proc.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(proc.wait, 30)
-        db = open_store(target)
-        try:
-            assert await db.acquire_session_turn_lease("s", "successor", wait_seconds=30, poll_interval_seconds=0.05)
-            assert time.time() - acquired_at >= ttl - 0.5  # the TTL decided, not a pid lookup
-            await db.append_message("s", "user", "successor:start", turn_lease_holder="successor")
-        finally:
-            await db.close()
+        assert await kill_and_take_over(target, proc) - acquired_at >= ttl - 0.5  # the TTL decided, not a pid lookup
     finally:
         if proc.poll() is None:
             proc.kill()

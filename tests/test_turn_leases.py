@@ -103,10 +103,11 @@ async def test_a_zero_ttl_is_a_tenth_of_a_second_and_reacquire_does_not_extend(s
     assert await store.try_acquire_session_turn_lease("s", "a", ttl_seconds=0)
     holder, token, acquired_at, expires_at, *_ = await lease_row(store, "s")
     assert expires_at - acquired_at == pytest.approx(0.1)
-    assert await store.try_acquire_session_turn_lease("s", "a", ttl_seconds=600)  # re-entrant: True ...
-    assert (await lease_row(store, "s"))[1:4] == (token, acquired_at, expires_at)  # ... and nothing moved
     await asyncio.sleep(0.15)
-    assert await store.try_acquire_session_turn_lease("s", "b")  # expired: taken over
+    assert await store.try_acquire_session_turn_lease("s", "b", ttl_seconds=600)  # expired: taken over
+    holder, token, acquired_at, expires_at, *_ = await lease_row(store, "s")
+    assert await store.try_acquire_session_turn_lease("s", "b", ttl_seconds=5)  # re-entrant: True ...
+    assert (await lease_row(store, "s"))[:4] == (holder, token, acquired_at, expires_at)  # ... and nothing moved
 
 
 async def test_the_lease_covers_the_whole_conversation(store: Any) -> None:
@@ -186,6 +187,7 @@ async def test_a_release_wakes_a_waiter_at_once(store: Any) -> None:
     await store.create_session("s", "cli")
     worker = other_store(store)
     try:
+        await worker.get_session("s")  # opened first: the timing below is the wake-up, not the open
         assert await store.try_acquire_session_turn_lease("s", "a")
         waiter = asyncio.create_task(
             worker.acquire_session_turn_lease("s", "b", wait_seconds=30, poll_interval_seconds=20)
@@ -489,3 +491,17 @@ async def test_process_identity_is_recorded_with_the_lease(store: Any) -> None:
     assert await store.try_acquire_session_turn_lease("s", "a")
     row = await lease_row(store, "s")
     assert row[4:] == (LOCAL_HOST, os.getpid())
+
+
+async def test_turn_leases_lists_every_row_with_its_liveness(store: Any) -> None:
+    from hermes_state.lease_host import LOCAL_HOST
+
+    assert await store.turn_leases() == []
+    await store.create_session("a", "cli")
+    assert await store.try_acquire_session_turn_lease("a", "worker-a", ttl_seconds=60)
+    assert await store.try_acquire_session_turn_lease("b", "worker-b", ttl_seconds=60)
+    await expire(store, "b")
+    rows = await store.turn_leases()
+    assert [(r["conversation_id"], r["holder"], r["live"]) for r in rows] == [("a", "worker-a", True), ("b", "worker-b", False)]
+    assert rows[0]["holder_host"] == LOCAL_HOST and rows[0]["holder_pid"] == os.getpid()
+    assert rows[0]["token"] < rows[1]["token"]

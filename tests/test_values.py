@@ -305,7 +305,7 @@ _REQUIRED: dict[str, Any] = {
     "value": None, "around_message_id": 1, "row_id": 1, "cooldown_until": 1.0, "target_message_id": 1,
     "since_message_id": 1, "streak": 0, "count": 0, "session_row": {}, "session_ids": ["nope"],
     "snapshot": {"session_exists": False}, "model_config_json": None, "end_reason": "done",
-    "model": "m", "system_prompt": None, "title": None, "path": None, "idle_days": 1.0,
+    "model": "m", "system_prompt": None, "title": None, "path": None, "idle_days": 1.0, "table": "sessions", "rows": [],
 }
 
 
@@ -496,3 +496,17 @@ async def test_postgres_refuses_nul_outside_content_at_the_call_site(store: Sess
     assert [r["content"] for r in await store.get_messages("s")] == [NUL_TEXT]
     assert await store.get_session("t") is None
     assert (await store.get_session("s") or {})["input_tokens"] == 0
+
+
+async def test_ids_with_lone_surrogates_are_refused_at_the_call_site(store: SessionDB) -> None:
+    """A lone surrogate cannot be stored as text by either backend: a ValueError naming the argument, nothing written."""
+    bad = "session-\udc80"
+    with pytest.raises(ValueError, match="session_id must not contain lone surrogates"):
+        await store.create_session(bad, "cli")
+    with pytest.raises(ValueError, match="session_id must not contain lone surrogates"):
+        await store.append_message(bad, "user", "x")
+    with pytest.raises(ValueError, match="key must not contain lone surrogates"):
+        await store.set_meta("k\ud800", "v")
+    assert await store.session_count() == 0
+    await store.create_session("ünïcode-ok-✓", "cli")  # other non-ASCII ids stay fine
+    assert (await store.get_session("ünïcode-ok-✓"))["id"] == "ünïcode-ok-✓"

@@ -14,8 +14,9 @@ import sys
 from typing import Any, Sequence
 
 from .. import __version__
-from . import inspect, quickstart, search, sessions, transfer
+from . import inspect, quickstart, search, serve, sessions, transfer
 from . import copy as copy_command
+from . import verify as verify_command
 from .errors import EXIT_CODES_HELP, FAILURE, OK, CliError
 from .target import Target, parse_target, redact
 
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_parser(add)
     transfer.add_parsers(add)
     copy_command.add_parser(add)
+    serve.add_parser(add)
+    verify_command.add_parser(add)
     return parser
 
 

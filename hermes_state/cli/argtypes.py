@@ -7,7 +7,7 @@ import re
 import time
 from datetime import datetime
 
-__all__ = ["non_negative", "days", "parse_since"]
+__all__ = ["non_negative", "days", "parse_since", "port_number"]
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -45,4 +45,15 @@ def days(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number of days, 0 or more: {text}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """A TCP port 0-65535 (0: the system picks a free one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: give a number from 0 to 65535") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {value}: give a number from 0 to 65535")
     return value

@@ -1,10 +1,15 @@
-"""``copy --to URL`` / ``copy --from URL``: move a whole store between SQLite and PostgreSQL.
+"""``copy --to URL`` / ``copy --from URL``: move a whole store between SQLite and PostgreSQL, then verify it.
 
-Sessions go over in bounded ``import_sessions`` batches (see
-:mod:`hermes_state.cli.transport`), parents first. A second run after an
-interruption skips what arrived and completes partly copied sessions. A
-verification pass then compares every source session's message count and
-content digest with the destination; any difference exits non-zero.
+Every table that holds user data goes over row by row through the row API
+(:mod:`hermes_state.cli.rows`): the store-wide tables, the sessions
+(parents first), each session's messages (archived, compacted and rewound
+ones included, in order), the usage ledger. Batches stay inside the
+``--batch-*`` budget; a second run after an interruption skips what arrived
+and completes partly copied sessions. Rows the destination already holds
+with other values are left alone and reported. Then the whole of both
+stores is compared table by table (:mod:`hermes_state.cli.verify`); rows
+only in the destination (it held other sessions before) are counted, not a
+difference. Any difference exits 4.
 """
 
 from __future__ import annotations
@@ -12,21 +17,23 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
+from ..tables import STORE_TABLES
+from .argtypes import non_negative
 from .errors import MISMATCH, OK, CliError
 from .output import print_json, progress
-from .argtypes import non_negative
-from .sessions import iter_messages
-from .target import Target, open_store, parse_target
-from .transport import Budget, SessionWriter, digest_messages, session_ids
+from .rows import RowWriter, iter_messages, iter_pages, key_of, session_order
+from .target import Target, open_store, parse_target, same_store
+from .transport import Budget
+from .verify import compare_stores, print_comparison
 
-__all__ = ["add_parser", "verify"]
+__all__ = ["add_parser", "copy_rows"]
 
 
 def add_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     parser = add(
         "copy",
-        "copy every session between the --db store and another one (SQLite file or PostgreSQL URL), "
-        "then verify message counts and content digests; a re-run resumes an interrupted copy",
+        "copy every table that holds user data between the --db store and another one (SQLite file or "
+        "PostgreSQL URL), then compare both stores row by row; a re-run resumes an interrupted copy",
     )
     way = parser.add_mutually_exclusive_group(required=True)
     way.add_argument("--to", metavar="PATH_OR_URL", help="copy from --db into this store")
@@ -39,97 +46,72 @@ def add_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     parser.set_defaults(run=run_copy)
 
 
-async def _session_digest(db: Any, session_id: str) -> tuple[int, str] | None:
-    if await db.get_session(session_id) is None:
-        return None
-    digest = None
-    count = 0
-    async for page in iter_messages(db, session_id):
-        digest = digest_messages(page, digest)
-        count += len(page)
-    return count, (digest_messages([]) if digest is None else digest).hexdigest()
-
-
-async def verify(source: Any, destination: Any, ids: list[str]) -> list[dict[str, Any]]:
-    """Compare each session's active message count and digest in both stores; returns the differences."""
-    problems: list[dict[str, Any]] = []
-    bar = progress(len(ids), "verify")
+async def copy_rows(source: Any, writer: RowWriter) -> int:
+    """Write every carried row of ``source`` through ``writer``, in copy order; returns the number of sessions."""
+    for table in STORE_TABLES:
+        async for page in iter_pages(source, table):
+            await writer.add_rows(table, page)
+    ids = await session_order(source)
+    bar = progress(len(ids), "copy")
     try:
+        batch = writer.budget.sessions
+        for start in range(0, len(ids), batch):
+            chunk = ids[start : start + batch]
+            rows = {key_of("sessions", row)[0]: row for row in await source.find_rows("sessions", chunk)}
+            await writer.add_rows("sessions", [rows[i] for i in chunk if i in rows])  # gone meanwhile: skipped
         for session_id in ids:
-            want = await _session_digest(source, session_id)
-            if want is None:  # deleted from the source meanwhile
-                bar.update()
-                continue
-            have = await _session_digest(destination, session_id)
-            if have is None:
-                problems.append({"session_id": session_id, "problem": "missing from the destination"})
-            elif have[0] != want[0]:
-                problems.append({"session_id": session_id,
-                                 "problem": f"{have[0]} messages in the destination, {want[0]} in the source"})
-            elif have[1] != want[1]:
-                problems.append({"session_id": session_id, "problem": "message content differs"})
+            if await writer.wants_messages(session_id, await source.message_count(session_id)):
+                position = 0
+                async for page in iter_messages(source, session_id, page=writer.budget.messages):
+                    await writer.add_messages(session_id, page, position)
+                    position += len(page)
             bar.update()
+        async for page in iter_pages(source, "session_model_usage"):
+            await writer.add_rows("session_model_usage", page)
+        await writer.flush()
     finally:
         bar.close()
-    return problems
+    return len(ids)
 
 
-async def _copy_session(source: Any, writer: SessionWriter, session_id: str) -> None:
-    """Queue one session; one larger than a batch streams its messages page by page."""
-    session = await source.get_session(session_id)
-    if session is None:  # deleted from the source meanwhile
-        return
-    page = writer.budget.messages
-    if (session.get("message_count") or 0) > page:
-        await writer.add_paged(session, iter_messages(source, session_id, page=page), session_id)
-        return
-    session["messages"] = [m async for rows in iter_messages(source, session_id) for m in rows]
-    await writer.add(session, session_id)
-
-
-def _same_store(a: Target, b: Target) -> bool:
-    if a.path is not None and b.path is not None:
-        return a.path.resolve() == b.path.resolve()
-    return a.url is not None and a.url == b.url
+def _summary(report: dict[str, Any]) -> str:
+    inserted, skipped = report["inserted"], report["already_there"]
+    line = (f"copied {inserted.get('sessions', 0)} session(s) and {inserted.get('messages', 0)} message(s) "
+            f"from {report['source']} to {report['destination']}")
+    others = {t: n for t, n in inserted.items() if t not in ("sessions", "messages")}
+    if others:
+        line += " (and " + ", ".join(f"{n} {t} row(s)" for t, n in others.items()) + ")"
+    if skipped:
+        line += f"; already there: {', '.join(f'{n} {t}' for t, n in skipped.items())}"
+    return line
 
 
 async def run_copy(args: argparse.Namespace) -> int:
     here: Target = args.target
     there = parse_target(args.to if args.to is not None else args.source)
     source_target, destination_target = (here, there) if args.to is not None else (there, here)
-    if _same_store(source_target, destination_target):
+    if same_store(source_target, destination_target):
         raise CliError("source and destination are the same store")
     budget = Budget(sessions=args.batch_sessions, messages=args.batch_messages)
+    report: dict[str, Any] = {"source": str(source_target), "destination": str(destination_target)}
     async with open_store(source_target, read_only=True) as source:
-        ids = await session_ids(source)
         async with open_store(destination_target, read_only=args.verify_only) as destination:
-            report: dict[str, Any] = {"source": str(source_target), "destination": str(destination_target),
-                                      "sessions": len(ids)}
             if not args.verify_only:
-                writer = SessionWriter(destination, budget)
-                bar = progress(len(ids), "copy")
-                try:
-                    for session_id in ids:
-                        await _copy_session(source, writer, session_id)
-                        bar.update()
-                    await writer.flush()
-                finally:
-                    bar.close()
+                writer = RowWriter(destination, budget)
+                report["sessions"] = await copy_rows(source, writer)
                 report.update(writer.report.as_dict())
                 report["writer"] = await destination.writer_stats()
-            problems = await verify(source, destination, ids)
-    report["verified"] = not problems
-    report["mismatches"] = problems
+            found = await compare_stores(source, destination, allow_extra=True)
+    report.update(found.as_dict())
+    conflicts = report.get("conflict_count", 0)
     if args.json:
         print_json(report)
     else:
         if not args.verify_only:
-            print(f"copied {report['imported']} session(s) from {report['source']} to {report['destination']}; "
-                  f"{report['skipped']} were already there, {report['appended_messages']} message(s) appended")
-        if problems:
-            for problem in problems[:20]:
-                print(f"MISMATCH {problem['session_id']}: {problem['problem']}")
-            print(f"verification failed: {len(problems)} of {len(ids)} session(s) differ")
-        else:
-            print(f"verified {len(ids)} session(s): message counts and content digests match")
-    return MISMATCH if problems else OK
+            print(_summary(report))
+            for item in report["conflicts"][:20]:
+                print(f"CONFLICT {item['table']} {'/'.join(map(str, item['key']))}: {item['problem']}")
+            if report["detached"]:
+                print(f"{len(report['detached'])} session(s) copied without their parent (it is not in the source)")
+        print_comparison(found, source=str(source_target), target=str(destination_target))
+    return MISMATCH if found.count or conflicts else OK

@@ -15,7 +15,7 @@ EXIT_CODES_HELP = """exit codes:
   1  failure (the message says what went wrong)
   2  usage error (bad arguments)
   3  not found (no such session, or no database file for a read command)
-  4  copy verification found differences between the two stores"""
+  4  the two stores differ (copy or verify), or an import met rows the store holds with other values"""
 
 
 class CliError(Exception):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from operator import itemgetter
 from typing import Any, AsyncIterator, Callable
 
 from .argtypes import days, non_negative, parse_since
 from .errors import NOT_FOUND, OK, CliError
 from .output import print_json, progress, when
 from .render import content_text, one_line, tool_call_text
+from .rows import paged
 from .target import open_store
 
 __all__ = ["add_parsers", "iter_messages"]
@@ -101,16 +103,9 @@ async def run_list(args: argparse.Namespace) -> int:
     return OK
 
 
-async def iter_messages(db: Any, session_id: str, page: int = MESSAGE_PAGE) -> AsyncIterator[list[dict[str, Any]]]:
+def iter_messages(db: Any, session_id: str, page: int = MESSAGE_PAGE) -> AsyncIterator[list[dict[str, Any]]]:
     """A session's active messages in id order, ``page`` rows at a time (memory stays flat)."""
-    after: int | None = None
-    while True:
-        rows = await db.get_messages(session_id, limit=page, after_id=after)
-        if rows:
-            yield rows
-        if len(rows) < page:
-            return
-        after = rows[-1]["id"]
+    return paged(lambda after: db.get_messages(session_id, limit=page, after_id=after), itemgetter("id"), page)
 
 
 async def _resolve(db: Any, session_id: str) -> str:

@@ -16,7 +16,7 @@ from ..config import default_db_path
 from ..store import SessionDB
 from .errors import NOT_FOUND, CliError
 
-__all__ = ["Target", "parse_target", "redact", "open_store", "InspectionSessionDB"]
+__all__ = ["Target", "parse_target", "redact", "open_store", "same_store", "InspectionSessionDB"]
 
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg", "postgresql+psycopg")
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -66,6 +66,13 @@ def parse_target(text: str | None) -> Target:
     return Target(path=Path(text).expanduser())
 
 
+def same_store(a: Target, b: Target) -> bool:
+    """True when both name the same SQLite file (however written) or the same PostgreSQL URL."""
+    if a.path is not None and b.path is not None:
+        return a.path.resolve() == b.path.resolve()
+    return a.url is not None and a.url == b.url
+
+
 class InspectionSessionDB(SessionDB):
     """A read-only SQLite store that reads an idle WAL file without creating -wal/-shm files."""
 
@@ -91,8 +98,13 @@ def _check_sqlite_file(path: Path, read_only: bool) -> None:
         raise CliError(f"{path} is not a SQLite database")
 
 
-def open_store(target: Target, *, read_only: bool) -> Any:
-    """Build (without opening) the store ``target`` names; read-only stores never create or change files."""
+def open_store(target: Target, *, read_only: bool, snapshot: bool = True) -> Any:
+    """Build (without opening) the store ``target`` names; read-only stores never create or change files.
+
+    A read-only SQLite store reads an idle WAL file as an immutable snapshot
+    unless ``snapshot`` is False: then it sees what other processes commit
+    while it is open (and still removes the -wal/-shm files it had to create).
+    """
     if target.url is not None:
         try:
             from ..postgres import SessionDB as PostgresSessionDB  # type: ignore[import-not-found,attr-defined,unused-ignore]
@@ -102,5 +114,5 @@ def open_store(target: Target, *, read_only: bool) -> Any:
     assert target.path is not None
     _check_sqlite_file(target.path, read_only)
     if read_only:
-        return InspectionSessionDB(target.path, read_only=True)
+        return (InspectionSessionDB if snapshot else SessionDB)(target.path, read_only=True)
     return SessionDB(target.path)

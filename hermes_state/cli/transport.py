@@ -1,20 +1,20 @@
-"""Moving whole sessions between stores through the public API, in bounded, resumable batches.
+"""Batches and order for writing into a store: the budget, parents first, and the format-1 session writer.
 
-Reading: :func:`session_ids` lists a store's sessions parents first (an
-import links a child only to a parent that already exists).
+:class:`Budget` bounds every batch a command writes (``--batch-*``);
+:func:`parents_first` orders sessions so a child's link finds its parent.
 
-Writing: :class:`SessionWriter` packs sessions into ``import_sessions``
-calls that stay inside the API's limits and a memory budget. Each call is
-all or nothing and skips ids that already exist, so running it again after an
-interruption never duplicates a session. A session too large for one call is
-imported with its first messages and the rest appended in chunks; on a
-re-run the writer appends only what the destination is still missing.
+:class:`SessionWriter` imports what earlier releases exported (format 1,
+one ``export_session``-shaped object per line) and the JSON the API's
+exports return, in ``import_sessions`` calls that stay inside the API's
+limits. Each call is all or nothing and skips ids that already exist, so
+running it again after an interruption never duplicates a session. A
+session too large for one call is imported with its first messages and the
+rest appended in chunks; on a re-run the writer appends only what the
+destination is still missing. (Format 2 goes through :mod:`.rows`.)
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
@@ -22,25 +22,17 @@ import msgspec
 
 from ..methods.maintenance import IMPORT_MAX_MESSAGES_PER_SESSION, IMPORT_MAX_SESSION_BYTES, IMPORT_MAX_SESSIONS
 from .errors import CliError
-from .output import json_default
 
-__all__ = ["SessionWriter", "session_ids", "parents_first", "digest_messages", "Budget"]
+__all__ = ["SessionWriter", "parents_first", "Budget"]
 
-LISTING_PAGE = 1000
 # Room for the session's own fields inside the API's per-entry byte limit.
 ENTRY_HEADROOM = 256 * 1024
 _encode = msgspec.json.Encoder().encode
 
-# Message fields a copy must carry unchanged; row ids differ between stores.
-DIGEST_FIELDS = (
-    "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count",
-    "finish_reason", "reasoning", "reasoning_content", "reasoning_details", "codex_reasoning_items",
-)
-
 
 @dataclass(frozen=True)
 class Budget:
-    """How much one ``import_sessions`` call may carry: memory stays bounded by these, not by the store."""
+    """How much one write call may carry (sessions, messages, bytes): memory stays bounded by these, not by the store."""
 
     sessions: int = 200
     messages: int = 5000
@@ -75,50 +67,6 @@ def parents_first(rows: list[tuple[str, str | None]]) -> list[str]:
             ordered.append(current)
             stack.extend(reversed(children.get(current, [])))
     return ordered
-
-
-async def session_ids(db: Any, source: str | None = None) -> list[str]:
-    """Every session id of the store (children and archived included), parents first."""
-    try:
-        rows = await _listed_sessions(db, source)
-    except NotImplementedError:
-        # A backend without the session listing: walk the export iterator
-        # instead (it reads every message once more, one session at a time).
-        rows = [(s["id"], s.get("parent_session_id")) async for s in db.iter_export_all(source, max_messages=0)]
-    rows.reverse()  # oldest first: a stable, mostly parents-first start
-    return parents_first(rows)
-
-
-async def _listed_sessions(db: Any, source: str | None) -> list[tuple[str, str | None]]:
-    rows: list[tuple[str, str | None]] = []
-    seen: set[str] = set()
-    offset = 0
-    while True:
-        page = await db.search_sessions(source=source, limit=LISTING_PAGE, offset=offset)
-        for row in page:
-            if row["id"] not in seen:
-                seen.add(row["id"])
-                rows.append((row["id"], row.get("parent_session_id")))
-        if len(page) < LISTING_PAGE:
-            return rows
-        offset += LISTING_PAGE
-
-
-def _digest_value(message: dict[str, Any]) -> dict[str, Any]:
-    values = {name: message.get(name) for name in DIGEST_FIELDS}
-    if isinstance(values["timestamp"], float):
-        values["timestamp"] = round(values["timestamp"], 6)
-    return values
-
-
-def digest_messages(messages: list[dict[str, Any]], into: Any = None) -> Any:
-    """Feed the carried fields of ``messages`` into a sha256 (a new one unless ``into``); returns it."""
-    digest = into if into is not None else hashlib.sha256()
-    for message in messages:
-        text = json.dumps(_digest_value(message), sort_keys=True, ensure_ascii=False, default=json_default)
-        digest.update(text.encode("utf-8", "surrogatepass"))
-        digest.update(b"\n")
-    return digest
 
 
 def _entry_size(session: dict[str, Any]) -> int:

@@ -27,9 +27,11 @@ from ..encoding import encode_message_dicts, hashed_prompt
 from ..errors import DatabaseError
 from ..facade import StoreBase, opt_number, opt_text, require_id, rows_size
 from ..limits import finite_arg, int64_arg, json_text
+from ..previews import parse_model_config
+from ..rules import RESET_REASONS
 from .leases import transcript_fence
 
-__all__ = ["CompressionMethods"]
+__all__ = ["CompressionMethods", "child_relation"]
 
 log = logging.getLogger("hermes_state")
 
@@ -68,6 +70,44 @@ def _counter(value: Any, name: str) -> int:
     if isinstance(value, float):
         value = int(finite_arg(value, name))
     return max(0, int64_arg(value, name))
+
+
+def child_relation(parent: Mapping[str, Any], child: Mapping[str, Any]) -> str:
+    """How ``child`` relates to ``parent`` (rows with ``end_reason``, ``ended_at``, ``session_key``; the child's ``model_config``).
+
+    Explicit markers first (delegate, branch, reset), then tool runs, then
+    what the parent's ending says: a continuation of a compression-ended
+    parent, a child started after a /branch ended it, or a reset child
+    sharing its session key. The same reading as listings and lineage walks.
+    """
+    config = parse_model_config(child.get("model_config"))
+    if config.get("_delegate_from") is not None:
+        return "delegate"
+    if config.get("_branched_from") is not None:
+        return "branch"
+    if config.get("_reset_from") is not None:
+        return "reset"
+    if (child.get("source") or "") == "tool":
+        return "tool"
+    reason = parent.get("end_reason")
+    if reason == "compression":
+        return "compression"
+    ended = parent.get("ended_at")
+    if reason == "branched" and ended is not None and (child.get("started_at") or 0) >= ended:
+        return "branch"
+    key = child.get("session_key") or ""
+    if reason in RESET_REASONS and key and key == parent.get("session_key"):
+        return "reset"
+    return "child"
+
+
+_CHILD_KEYS = ("id", "source", "title", "model", "started_at", "ended_at", "end_reason", "message_count")
+
+
+def _child_row(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    row = {key: child.get(key) for key in _CHILD_KEYS}
+    row["relation"] = child_relation(parent, child)
+    return row
 
 
 class CompressionMethods(StoreBase):
@@ -266,6 +306,18 @@ class CompressionMethods(StoreBase):
         (tool, branch, delegate or reset child) or a session outside a chain.
         """
         return await self._query("compression_lineage_ids", require_id(session_id))
+
+    async def get_child_sessions(self, session_id: str) -> list[dict[str, Any]]:
+        """Return the session's direct children, oldest first (``[]`` for an unknown or childless session).
+
+        Each dict has ``id, source, title, model, started_at, ended_at,
+        end_reason, message_count`` and ``relation``: ``"compression"`` (the
+        continuation of a parent that ended with compression), ``"branch"``,
+        ``"delegate"``, ``"reset"``, ``"tool"`` or ``"child"`` (any other
+        parent link). This store's addition; the reference has no such read.
+        """
+        parent, children = await self._query("child_session_rows", require_id(session_id))
+        return [_child_row(parent, child) for child in children]
 
     async def get_conversation_root(self, session_id: str) -> str:
         """Return the topmost ancestor through any parent link (the session itself when it has none)."""

@@ -247,6 +247,17 @@ class TurnLeaseMethods(StoreBase):
             raise ValueError("refresh_interval_seconds must be positive")
         return SessionTurn(self, sid, who, options, refresh)
 
+    async def turn_leases(self) -> list[dict[str, Any]]:
+        """Return every turn-lease row, oldest acquisition first.
+
+        Each dict has ``conversation_id``, ``holder``, ``token``,
+        ``acquired_at``, ``expires_at`` (epoch seconds), ``holder_host`` and
+        ``holder_pid`` (who took it; None for rows written by upstream) and
+        ``live`` (not yet expired by the backend's clock). An expired row stays
+        until it is taken over, renewed by its holder or swept.
+        """
+        return list(await self._query("turn_leases"))
+
     # ------------------------------------------------------------ internals
 
     @staticmethod

@@ -155,6 +155,10 @@ class ListingMethods(StoreBase):
         include_pinned: bool = False,
         session_key: str | None = None,
         include_hidden: bool = False,
+        *,
+        started_after: float | None = None,
+        started_before: float | None = None,
+        pinned_only: bool = False,
     ) -> list[dict[str, Any]]:
         """Return one page of sessions for a picker or sidebar, as rich row dicts.
 
@@ -169,7 +173,11 @@ class ListingMethods(StoreBase):
         row's compression chain and is the only mode that applies
         ``id_query`` / ``search_query``. ``include_pinned`` appends pinned
         rows missing from the page. Hidden sessions (:meth:`set_session_hidden`)
-        are left out unless ``include_hidden``; a pinned hidden one stays hidden. With ``project_compression_tips`` a
+        are left out unless ``include_hidden``; a pinned hidden one stays hidden.
+        This store's keyword-only additions: ``pinned_only`` lists pinned rows
+        only, ``started_after`` / ``started_before`` (epoch seconds) keep rows
+        that started at or after / before that time; like the other filters
+        they apply in both orders. With ``project_compression_tips`` a
         compression-ended row shows its live tip (``_lineage_root_id`` keeps
         the listed id). Queued token counts are flushed first.
         """
@@ -189,6 +197,9 @@ class ListingMethods(StoreBase):
             compact_rows=flag_arg(compact_rows, "compact_rows"),
             include_pinned=flag_arg(include_pinned, "include_pinned"),
             exclude_hidden=not flag_arg(include_hidden, "include_hidden"),
+            pinned_only=flag_arg(pinned_only, "pinned_only"),
+            started_after=None if started_after is None else finite_number(started_after, "started_after"),
+            started_before=None if started_before is None else finite_number(started_before, "started_before"),
         )
         await self.flush_token_counts()
         rows = await self._query("list_sessions_rich", opts)

@@ -33,6 +33,7 @@ from ..facade import (
     require_id,
 )
 from ..limits import finite_sum, saturating_add
+from ..usage_report import usage_by_day_rows
 from .listing import finite_number, flag_arg
 
 __all__ = ["UsageMethods", "coalesce_token_deltas"]
@@ -190,3 +191,34 @@ class UsageMethods(StoreBase):
         """Flush queued token deltas, then switch the session's model (see ``CoreMethods``). Returns None."""
         await self.flush_token_counts()
         await super().update_session_model(session_id, model)  # type: ignore[misc]
+
+    # Reads of the per-model ledger (this store's additions; the reference has no such reads).
+
+    async def get_session_model_usage(self, session_id: str) -> list[dict[str, Any]]:
+        """Return the session's per-model usage ledger, one dict per model, route and task ([] when none).
+
+        Keys: ``model, billing_provider, billing_base_url, billing_mode, task``
+        (``""`` for the main conversation, else the auxiliary task),
+        ``api_call_count`` and the five token counts, ``estimated_cost_usd``,
+        ``actual_cost_usd``, ``cost_status``, ``cost_source``, ``first_seen``,
+        ``last_seen``. Queued token counts are flushed first.
+        """
+        session_id = require_id(session_id)
+        await self.flush_token_counts()
+        return await self._query("session_model_usage", session_id)
+
+    async def usage_by_day(self, since: float | None = None, until: float | None = None) -> list[dict[str, Any]]:
+        """Return tokens and cost per UTC day and model, for sessions started in ``[since, until)``.
+
+        Each dict has ``day`` (``YYYY-MM-DD``, the day the session started),
+        ``model``, ``sessions`` (how many sessions), ``api_call_count``, the
+        five token counts, ``estimated_cost_usd`` and ``actual_cost_usd``;
+        ordered by day, then model. Figures come from the per-model ledger; a
+        session with usage in its totals but no ledger row (absolute counts,
+        imports) counts its totals under its own model. Queued token counts
+        are flushed first.
+        """
+        start = None if since is None else finite_number(since, "since")
+        end = None if until is None else finite_number(until, "until")
+        await self.flush_token_counts()
+        return usage_by_day_rows(await self._query("usage_rows", start, end))

@@ -112,6 +112,19 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("token", "BIGINT NOT NULL DEFAULT 0"), ("holder_host", "TEXT"), ("holder_pid", "BIGINT"),
         ("holder_started", "BIGINT"),
     ),
+    # Written by other components (gateway, async-delegation tool), carried by copies: SQLite's columns.
+    "gateway_routing": (
+        ("scope", "TEXT NOT NULL DEFAULT ''"), ("session_key", "TEXT NOT NULL"), ("entry_json", "TEXT NOT NULL"),
+        ("updated_at", f"{_REAL} NOT NULL"),
+    ),
+    "async_delegations": (
+        ("delegation_id", "TEXT PRIMARY KEY"), ("origin_session", "TEXT NOT NULL"),
+        ("origin_ui_session_id", "TEXT NOT NULL DEFAULT ''"), ("parent_session_id", "TEXT"), ("state", "TEXT NOT NULL"),
+        ("dispatched_at", f"{_REAL} NOT NULL"), ("completed_at", _REAL), ("updated_at", f"{_REAL} NOT NULL"),
+        ("event_json", "TEXT"), ("result_json", "TEXT"), ("delivery_state", "TEXT NOT NULL DEFAULT 'pending'"),
+        ("delivery_attempts", "BIGINT NOT NULL DEFAULT 0"), ("delivered_at", _REAL), ("owner_pid", "BIGINT"),
+        ("owner_started_at", "BIGINT"), ("task_json", "TEXT"), ("delivery_claim", "TEXT"), ("delivery_claimed_at", _REAL),
+    ),
     # PostgreSQL only: each write batch inserts its token here in its own transaction, so a
     # writer that lost the COMMIT reply can look it up (hermes_state.postgres.outcome).
     "write_batches": (("token", "TEXT PRIMARY KEY"),),
@@ -123,6 +136,7 @@ _TABLE_CONSTRAINTS = {
         "CONSTRAINT pk_session_model_usage PRIMARY KEY "
         "(session_id, model, billing_provider, billing_base_url, billing_mode, task)",
     ),
+    "gateway_routing": ("CONSTRAINT pk_gateway_routing PRIMARY KEY (scope, session_key)",),
 }
 
 # name -> (table, definition)
@@ -156,6 +170,7 @@ INDEXES: dict[str, str] = {
     "idx_sessions_conversation": "sessions (conversation_id)",
     "idx_session_model_usage_session": "session_model_usage (session_id)",
     "idx_session_model_usage_model": "session_model_usage (model)",
+    "idx_async_delegations_delivery": "async_delegations (delivery_state, completed_at)",
 }
 _UNIQUE_INDEXES = {"idx_sessions_title_unique": "sessions (title) WHERE title IS NOT NULL"}
 

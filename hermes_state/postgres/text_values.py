@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from ..commands.rows import RestoreMessages, RestoreRows
+
 __all__ = ["nul_refusal"]
 
 # Fields whose NUL characters are stored losslessly (message content and its comparison value).
@@ -47,8 +49,23 @@ def _walk(value: Any, path: str) -> str | None:
     return None
 
 
+def _stored_rows_refusal(command: RestoreRows | RestoreMessages) -> ValueError | None:
+    """The first text value of a restore outside message content that holds NUL, named by table, row and column."""
+    table = command.table if isinstance(command, RestoreRows) else "messages"
+    for index, row in enumerate(command.rows):
+        for name, value in zip(command.columns, row):
+            if isinstance(value, str) and "\x00" in value and not (table == "messages" and name in _LOSSLESS):
+                return ValueError(
+                    f"rows[{index}].{name} must not contain NUL characters: PostgreSQL text columns cannot store them "
+                    f"(table {table})"
+                )
+    return None
+
+
 def nul_refusal(command: msgspec.Struct) -> ValueError | None:
     """A ``ValueError`` naming the first non-content text field of ``command`` that holds NUL, else None."""
+    if isinstance(command, (RestoreRows, RestoreMessages)):
+        return _stored_rows_refusal(command)
     # Fast path: no escaped NUL anywhere in the encoded command (the common case).
     try:
         if b"\\u0000" not in _ENCODER.encode(command):

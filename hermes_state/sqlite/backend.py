@@ -21,6 +21,7 @@ from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError, locked_error
 from .damage import damaged_tables, is_malformed_error, names_an_index
 from .driver import (
+    driver_module,
     driver_name,
     open_connection,
     post,
@@ -69,6 +70,11 @@ def _preflight(path: Path) -> None:
             )
 
 
+def _sidecars(path: Path) -> list[Path]:
+    """The ``-wal`` and ``-shm`` files beside ``path`` that exist now."""
+    return [side for side in (Path(f"{path}-wal"), Path(f"{path}-shm")) if side.exists()]
+
+
 def _idle_wal_file(path: Path) -> bool:
     """True for a WAL-mode file without -wal/-shm beside it: nobody has it open, everything is checkpointed.
 
@@ -76,7 +82,7 @@ def _idle_wal_file(path: Path) -> bool:
     immutable read sees the whole database (a writer that starts during the
     read is the caller's risk; snapshot mode is for inspection tools).
     """
-    if Path(f"{path}-wal").exists() or Path(f"{path}-shm").exists():
+    if _sidecars(path):
         return False
     try:
         with open(path, "rb") as handle:
@@ -85,6 +91,25 @@ def _idle_wal_file(path: Path) -> bool:
         return False
     # Bytes 18 and 19 of the header are the read/write format versions: 2 means WAL.
     return len(header) == 20 and header[18] == 2 and header[19] == 2
+
+
+def _tidy_sidecars(path: Path) -> None:
+    """Let SQLite remove the -wal/-shm files a read-only store had to create, if no one else uses them.
+
+    A read-only connection cannot take the exclusive lock that lets the last
+    connection of a WAL file checkpoint and delete them, so they outlive it.
+    A short read through a read-write connection ends with SQLite's own
+    close: when it is the last connection it checkpoints (nothing, unless
+    another process wrote and left while the store was open: then the frames
+    that process would have checkpointed itself) and deletes both files;
+    when another connection is open it leaves them to that one. A file this
+    user cannot write is opened read-only by SQLite and keeps them.
+    """
+    conn = driver_module().connect(path.absolute().as_uri() + "?mode=rw", uri=True, isolation_level=None)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    finally:
+        conn.close()
 
 
 def _setup_writer(conn: Any, config: StoreConfig, label: str, home: Path | None = None) -> dict[str, Any]:
@@ -333,6 +358,8 @@ class SQLiteBackend:
         # immutable so no -wal/-shm files are created and no write permission
         # is needed (see _reader_uri).
         self.snapshot = snapshot and read_only
+        # A read-only store that finds no -wal/-shm files leaves none behind (see close()).
+        self._tidy_on_close = False
         self.home = home
         self.config = StoreConfig()
         self.reader = SQLiteReader(self)
@@ -381,6 +408,7 @@ class SQLiteBackend:
             elif not self.path.exists():
                 raise sqlite3.OperationalError(f"unable to open database file: {self.path} does not exist")
             uri = self._reader_uri()
+            self._tidy_on_close = self.read_only and not uri.endswith("&immutable=1") and not _sidecars(self.path)
             # Read-only stores have no writer; otherwise the readers follow the writer.
             cjk = self.read_only or bool(self._facts.get("cjk"))
             for _ in range(self.config.database.read_connections):
@@ -537,3 +565,9 @@ class SQLiteBackend:
                 except Exception:
                     log.debug("checkpoint failed", exc_info=True)
             await writer.close()
+        if self._tidy_on_close and _sidecars(self.path):
+            self._tidy_on_close = False
+            try:
+                await asyncio.to_thread(_tidy_sidecars, self.path)
+            except Exception:  # best effort: the files are SQLite's to clean up on a later open
+                log.debug("could not remove the -wal/-shm files of %s", self.path, exc_info=True)

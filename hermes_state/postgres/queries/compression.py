@@ -214,3 +214,18 @@ async def active_message_watermark(conn: Any, session_id: str) -> int:
     return int(
         await conn.fetchval("SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_id = $1 AND active = 1", session_id)
     )
+# Columns of a child row: enough to link it and to say how it relates to its parent.
+CHILD_COLUMNS = "c.id, c.source, c.title, c.model, c.model_config, c.session_key, c.started_at, c.ended_at, c.end_reason, c.message_count"
+
+
+@query
+async def child_session_rows(conn: Any, session_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """``(parent, children)``: the parent's ``end_reason``/``ended_at``/``session_key`` and its direct children, oldest first."""
+    parent = await conn.fetchrow("SELECT end_reason, ended_at, session_key FROM sessions WHERE id = $1", session_id)
+    if parent is None:
+        return None, []
+    children = await conn.fetch(
+        f"SELECT {CHILD_COLUMNS} FROM sessions AS c WHERE c.parent_session_id = $1 ORDER BY c.started_at, c.id",
+        session_id,
+    )
+    return dict(parent), [dict(record) for record in children]

@@ -52,6 +52,7 @@ async def get_messages(
     offset: int,
     latest: bool,
     after_id: int | None,
+    before_id: int | None,
 ) -> list[dict[str, Any]]:
     where = ["session_id = $1"]
     params: list[Any] = [session_id]
@@ -60,6 +61,9 @@ async def get_messages(
     if after_id is not None:
         params.append(after_id)
         where.append(f"id > ${len(params)}")
+    if before_id is not None:
+        params.append(before_id)
+        where.append(f"id < ${len(params)}")
     sql = f"SELECT {MESSAGE_SELECT} FROM messages WHERE {' AND '.join(where)} ORDER BY id {'DESC' if latest else 'ASC'}"
     if limit is not None:
         params.append(limit)

@@ -106,6 +106,12 @@ def session_filters(opts: dict[str, Any], params: Params, *, listable: bool) -> 
         where.append("s.archived = 0")
     if opts.get("exclude_hidden"):
         where.append("s.hidden = 0")
+    if opts.get("pinned_only"):
+        where.append("s.pinned = 1")
+    if opts.get("started_after") is not None:
+        where.append(f"s.started_at >= {params.add(opts['started_after'])}")
+    if opts.get("started_before") is not None:
+        where.append(f"s.started_at < {params.add(opts['started_before'])}")
     return where
 
 

@@ -298,3 +298,20 @@ def active_message_watermark(conn: Any, session_id: str) -> int:
         conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_id = ? AND active = 1", (session_id,))
         .fetchone()[0]
     )
+# Columns of a child row: enough to link it and to say how it relates to its parent.
+CHILD_COLUMNS = "c.id, c.source, c.title, c.model, c.model_config, c.session_key, c.started_at, c.ended_at, c.end_reason, c.message_count"
+
+
+@query
+def child_session_rows(conn: Any, session_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """``(parent, children)``: the parent's ``end_reason``/``ended_at``/``session_key`` and its direct children, oldest first."""
+    with snapshot(conn):
+        parents = fetch_dicts(conn, "SELECT end_reason, ended_at, session_key FROM sessions WHERE id = ?", (session_id,))
+        if not parents:
+            return None, []
+        children = fetch_dicts(
+            conn,
+            f"SELECT {CHILD_COLUMNS} FROM sessions AS c WHERE c.parent_session_id = ? ORDER BY c.started_at, c.id",
+            (session_id,),
+        )
+        return parents[0], children

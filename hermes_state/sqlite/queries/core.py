@@ -129,6 +129,7 @@ def get_messages(
     offset: int,
     latest: bool,
     after_id: int | None,
+    before_id: int | None,
 ) -> list[dict[str, Any]]:
     where = ["session_id = ?"]
     params: list[Any] = [session_id]
@@ -137,6 +138,9 @@ def get_messages(
     if after_id is not None:
         where.append("id > ?")
         params.append(after_id)
+    if before_id is not None:
+        where.append("id < ?")
+        params.append(before_id)
     sql = f"SELECT * FROM messages WHERE {' AND '.join(where)} ORDER BY id {'DESC' if latest else 'ASC'}"
     if limit is not None or offset:
         sql += " LIMIT ? OFFSET ?"

@@ -115,6 +115,14 @@ def session_filters(opts: dict[str, Any], *, listable: bool) -> tuple[list[str],
         where.append("s.archived = 0")
     if opts.get("exclude_hidden"):
         where.append("s.hidden = 0")
+    if opts.get("pinned_only"):
+        where.append("s.pinned = 1")
+    if opts.get("started_after") is not None:
+        where.append("s.started_at >= ?")
+        params.append(opts["started_after"])
+    if opts.get("started_before") is not None:
+        where.append("s.started_at < ?")
+        params.append(opts["started_before"])
     return where, params
 
 

@@ -24,3 +24,14 @@ def turn_lease_state(conn: Any, session_id: str) -> dict[str, Any]:
     state = dict(zip(names, row))
     state["now"] = time.time()
     return state
+
+
+@query
+def turn_leases(conn: Any) -> list[dict[str, Any]]:
+    """Every turn-lease row (live and expired), oldest acquisition first, with ``live`` by the clock now."""
+    now = time.time()
+    names = ("conversation_id", "holder", "token", "acquired_at", "expires_at", "holder_host", "holder_pid")
+    rows = conn.execute(
+        f"SELECT {', '.join(names)} FROM session_turn_leases ORDER BY acquired_at, conversation_id"
+    ).fetchall()
+    return [{**dict(zip(names, row)), "live": row[4] > now} for row in rows]

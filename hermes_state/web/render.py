@@ -1,0 +1,61 @@
+"""Templates and responses: Jinja2 with autoescaping on, so everything from the store is text on the page.
+
+Every value a template prints goes through ``finalize``, which replaces
+lone UTF-16 surrogates (which a stored string may hold and UTF-8 cannot
+encode) with U+FFFD, so no page fails to encode; then through Jinja's HTML
+escaping. JSON responses escape non-ASCII (lone surrogates included) the
+same way ``json.dumps`` does, so what the store holds comes back exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.responses import HTMLResponse, Response
+
+from ..encoding import scrub_surrogates
+from .views import count, money, session_href
+
+__all__ = ["Renderer", "json_response", "TEMPLATES"]
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def _finalize(value: Any) -> Any:
+    return scrub_surrogates(value) if isinstance(value, str) else value
+
+
+def _json_default(value: Any) -> Any:
+    """Bytes as base64 text (as the export writes them); anything else JSON cannot encode as its text."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    """``value`` as JSON, bare (not wrapped in another object)."""
+    body = json.dumps(value, ensure_ascii=True, default=_json_default, allow_nan=False, separators=(",", ":"))
+    return Response(body, status_code=status, media_type="application/json")
+
+
+class Renderer:
+    """Renders the package's templates into HTML responses."""
+
+    def __init__(self, **globals_: Any) -> None:
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            finalize=_finalize,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.globals.update(session_href=session_href, money=money, count=count, **globals_)
+
+    def html(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        """The template ``name`` rendered with ``context``."""
+        return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)

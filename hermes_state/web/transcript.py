@@ -1,0 +1,69 @@
+"""A transcript page: up to ``MESSAGE_PAGE`` rows, found by keyset paging on message ids.
+
+``after=ID`` pages forwards (``get_messages(after_id=)``), ``before=ID``
+backwards (``get_messages(before_id=, latest=True)``), ``at=ID`` opens the
+page that starts with that message (where search hits link to). Every page
+holds inactive rows too (compacted or rewound), so compaction boundaries and
+the archived originals are on the page where they happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .filters import BadRequest
+
+__all__ = ["MESSAGE_PAGE", "TAIL_ROWS", "TranscriptPage", "message_id", "transcript_page"]
+
+MESSAGE_PAGE = 100
+TAIL_ROWS = 200
+
+
+@dataclass
+class TranscriptPage:
+    rows: list[dict[str, Any]]
+    earlier: int | None  # ``before=`` of the previous page, when there is one
+    later: int | None  # ``after=`` of the next page, when there is one
+
+    @property
+    def last_id(self) -> int:
+        """The newest id shown (0 for none): where the live tail continues."""
+        return int(self.rows[-1]["id"]) if self.rows else 0
+
+
+def message_id(text: str | None, name: str) -> int | None:
+    """A message id from the query string (400 for anything but a non-negative integer)."""
+    if text is None or text == "":
+        return None
+    if not text.isdigit() or len(text) > 19 or int(text) > 2**63 - 1:
+        raise BadRequest(f"{name} must be a message id (a non-negative integer), not {text!r}")
+    return int(text)
+
+
+async def _forward(db: Any, session_id: str, after: int | None) -> TranscriptPage:
+    rows = await db.get_messages(session_id, include_inactive=True, limit=MESSAGE_PAGE + 1, after_id=after)
+    more = len(rows) > MESSAGE_PAGE
+    rows = rows[:MESSAGE_PAGE]
+    earlier = None
+    if after is not None and rows:
+        older = await db.get_messages(session_id, include_inactive=True, limit=1, latest=True, before_id=rows[0]["id"])
+        earlier = rows[0]["id"] if older else None
+    return TranscriptPage(rows, earlier, rows[-1]["id"] if more and rows else None)
+
+
+async def transcript_page(
+    db: Any, session_id: str, *, after: int | None = None, before: int | None = None, at: int | None = None
+) -> TranscriptPage:
+    """The page asked for: ``at`` wins over ``before``, which wins over ``after``; none is the first page."""
+    if at is not None:
+        return await _forward(db, session_id, max(at - 1, 0))
+    if before is None:
+        return await _forward(db, session_id, after)
+    rows = await db.get_messages(session_id, include_inactive=True, limit=MESSAGE_PAGE + 1, latest=True, before_id=before)
+    if not rows:
+        return await _forward(db, session_id, None)
+    more = len(rows) > MESSAGE_PAGE
+    rows = rows[-MESSAGE_PAGE:]
+    newer = await db.get_messages(session_id, include_inactive=True, limit=1, after_id=rows[-1]["id"])
+    return TranscriptPage(rows, rows[0]["id"] if more else None, rows[-1]["id"] if newer else None)

@@ -1,0 +1,266 @@
+"""What the pages show, built from the public API's rows: messages, tool calls, folds, times and money.
+
+Nothing here produces HTML: the templates do, with autoescaping, so every
+value that came from the store reaches the page as text. This module only
+decides what to show (which images may be shown inline, what is folded,
+how arguments are pretty-printed) and formats numbers and times.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+__all__ = [
+    "Block",
+    "MessageView",
+    "Segment",
+    "ToolCallView",
+    "message_view",
+    "segments",
+    "snippet_parts",
+    "session_href",
+    "when",
+    "money",
+    "count",
+]
+
+# A tool result or JSON block longer than this is folded behind "show all".
+FOLD_CHARS = 2000
+FOLD_LINES = 40
+# What a folded block shows before "show all".
+HEAD_CHARS = 800
+HEAD_LINES = 12
+# Inline images: data: URLs of raster image types only (an SVG could carry links and scripts).
+KNOWN_ROLES = frozenset({"user", "assistant", "tool", "system", "developer"})
+INLINE_IMAGE_PREFIXES = tuple(f"data:image/{kind};" for kind in ("png", "jpeg", "jpg", "gif", "webp", "bmp", "avif"))
+
+
+@dataclass
+class Block:
+    """One piece of a message body: ``kind`` is text, json, image, link or bytes."""
+
+    kind: str
+    text: str = ""
+    head: str = ""
+    folded: bool = False
+    size: int = 0
+
+
+@dataclass
+class ToolCallView:
+    name: str
+    call_id: str
+    arguments: Block
+
+
+@dataclass
+class MessageView:
+    id: int
+    anchor: str
+    role: str
+    active: bool
+    compacted: bool
+    time: str
+    iso: str
+    blocks: list[Block]
+    tool_calls: list[ToolCallView] = field(default_factory=list)
+    tool_name: str = ""
+    tool_call_id: str = ""
+    reasoning: Block | None = None
+    token_count: int | None = None
+    finish_reason: str = ""
+
+    @property
+    def role_class(self) -> str:
+        """A CSS class for the role: only the roles the stylesheet knows (a stored role is any text)."""
+        return f"role-{self.role}" if self.role in KNOWN_ROLES else "role-other"
+
+
+@dataclass
+class Segment:
+    """A run of messages shown together: live rows, or inactive ones (compacted or rewound) folded."""
+
+    kind: str  # "live", "compacted" or "dropped"
+    messages: list[MessageView]
+    boundary: bool = False  # live rows that start right after compacted ones
+
+
+def when(stamp: Any) -> tuple[str, str]:
+    """``(YYYY-MM-DD HH:MM:SS UTC, ISO 8601)`` for epoch seconds; ``("-", "")`` for none or junk."""
+    try:
+        moment = dt.datetime.fromtimestamp(float(stamp), tz=dt.timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "-", ""
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC"), moment.isoformat()
+
+
+def money(value: Any) -> str:
+    """US dollars for people: ``$0.0123``, ``$12.34``; ``-`` when unknown."""
+    if value is None:
+        return "-"
+    try:
+        amount = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    if amount == 0:
+        return "$0"
+    return f"${amount:,.4f}" if abs(amount) < 1 else f"${amount:,.2f}"
+
+
+def count(value: Any) -> str:
+    """An integer with thousands separators; ``-`` when unknown."""
+    if value is None:
+        return "-"
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError, OverflowError):
+        return str(value)
+
+
+def session_href(session_id: str) -> str:
+    """The page of a session; every character of the id that means something in a URL is escaped."""
+    return "/sessions/" + quote(session_id, safe="")
+
+
+def _text_block(text: str, kind: str = "text", *, fold: bool = False) -> Block:
+    lines = text.count("\n") + 1
+    long = len(text) > FOLD_CHARS or lines > FOLD_LINES
+    if not (fold and long):
+        return Block(kind, text=text, size=len(text))
+    head = "\n".join(text[:HEAD_CHARS].split("\n")[:HEAD_LINES])
+    return Block(kind, text=text, head=head, folded=True, size=len(text))
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON (non-ASCII kept), or the value's text when it is not JSON-encodable."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def _part_blocks(part: Any, fold: bool) -> list[Block]:
+    if not isinstance(part, Mapping):
+        return [_text_block(pretty_json(part), "json", fold=fold)]
+    kind = part.get("type")
+    if isinstance(part.get("text"), str):
+        return [_text_block(part["text"], fold=fold)]
+    if kind in ("image_url", "input_image", "image"):
+        raw = part.get("image_url")
+        url = raw.get("url") if isinstance(raw, Mapping) else raw
+        if isinstance(url, str) and url.lower().startswith(INLINE_IMAGE_PREFIXES):
+            return [Block("image", text=url, size=len(url))]
+        # Any other URL would be a request to another host: shown as text, never fetched.
+        return [Block("link", text=str(url if url is not None else part))]
+    return [_text_block(pretty_json(part), "json", fold=fold)]
+
+
+def content_blocks(content: Any, *, fold: bool = False) -> list[Block]:
+    """The body of a message: text as text, multimodal parts one by one, anything else as JSON."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [_text_block(content, fold=fold)] if content else []
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        data = bytes(content)
+        return [Block("bytes", text=data[:64].hex(" "), size=len(data))]
+    if isinstance(content, list):
+        return [block for part in content for block in _part_blocks(part, fold)]
+    return [_text_block(pretty_json(content), "json", fold=fold)]
+
+
+def _arguments(raw: Any) -> Block:
+    """Tool-call arguments pretty-printed when they are JSON (they usually arrive as a JSON string)."""
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw) if raw.strip() else {}
+        except (ValueError, RecursionError):
+            return _text_block(raw, "json", fold=True)
+    return _text_block(pretty_json(value), "json", fold=True)
+
+
+def tool_call_views(calls: Any) -> list[ToolCallView]:
+    """Each OpenAI-style tool call (``{"id", "function": {"name", "arguments"}}``) by name and arguments."""
+    if not isinstance(calls, list):
+        return [] if calls is None else [ToolCallView("?", "", _text_block(pretty_json(calls), "json", fold=True))]
+    views = []
+    for call in calls:
+        if not isinstance(call, Mapping):
+            views.append(ToolCallView("?", "", _text_block(pretty_json(call), "json", fold=True)))
+            continue
+        nested = call.get("function")
+        function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else call
+        name = function.get("name") or call.get("name") or "?"
+        views.append(ToolCallView(str(name), str(call.get("id") or ""), _arguments(function.get("arguments"))))
+    return views
+
+
+def _reasoning(row: Mapping[str, Any]) -> Block | None:
+    parts = [row.get(key) for key in ("reasoning", "reasoning_content")]
+    texts = [part for part in parts if isinstance(part, str) and part.strip()]
+    if not texts:
+        return None
+    # Both columns often hold the same text; show it once.
+    return _text_block("\n\n".join(dict.fromkeys(texts)))
+
+
+def message_view(row: Mapping[str, Any]) -> MessageView:
+    """Everything the transcript shows about one ``get_messages`` row."""
+    role = str(row.get("role") or "")
+    shown, iso = when(row.get("timestamp"))
+    token_count = row.get("token_count")
+    return MessageView(
+        id=int(row["id"]),
+        anchor=f"m{int(row['id'])}",
+        role=role,
+        active=bool(row.get("active", 1)),
+        compacted=bool(row.get("compacted", 0)),
+        time=shown,
+        iso=iso,
+        blocks=content_blocks(row.get("content"), fold=role == "tool"),
+        tool_calls=tool_call_views(row.get("tool_calls")),
+        tool_name=str(row.get("tool_name") or ""),
+        tool_call_id=str(row.get("tool_call_id") or ""),
+        reasoning=_reasoning(row),
+        token_count=token_count if isinstance(token_count, int) else None,
+        finish_reason=str(row.get("finish_reason") or ""),
+    )
+
+
+def segments(views: Iterable[MessageView]) -> list[Segment]:
+    """Consecutive rows grouped: live ones, compacted ones (archived by compaction), dropped ones (rewound)."""
+    out: list[Segment] = []
+    for view in views:
+        kind = "live" if view.active else ("compacted" if view.compacted else "dropped")
+        if out and out[-1].kind == kind:
+            out[-1].messages.append(view)
+            continue
+        boundary = kind == "live" and bool(out) and out[-1].kind == "compacted"
+        out.append(Segment(kind, [view], boundary=boundary))
+    return out
+
+
+SNIPPET_OPEN, SNIPPET_CLOSE = ">>>", "<<<"
+
+
+def snippet_parts(snippet: Any) -> list[dict[str, Any]]:
+    """A search snippet split at its ``>>>match<<<`` markers: ``[{"text", "hit"}]`` for the page to mark up."""
+    rest = snippet if isinstance(snippet, str) else ""
+    parts: list[dict[str, Any]] = []
+    while rest:
+        start = rest.find(SNIPPET_OPEN)
+        end = rest.find(SNIPPET_CLOSE, start + len(SNIPPET_OPEN)) if start >= 0 else -1
+        if end < 0:
+            parts.append({"text": rest, "hit": False})
+            break
+        if start:
+            parts.append({"text": rest[:start], "hit": False})
+        parts.append({"text": rest[start + len(SNIPPET_OPEN):end], "hit": True})
+        rest = rest[end + len(SNIPPET_CLOSE):]
+    return parts

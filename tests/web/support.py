@@ -1,0 +1,292 @@
+"""The viewer's test rig: a seeded store per backend, ``hermes-state serve`` as a real process, the hostile strings.
+
+Stores are seeded through the public API (``seed``); the viewer runs as the
+command a user types (``python -m hermes_state --db ... serve --port 0``),
+read from the URL line it prints, and is stopped with a signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_state import SessionDB
+from tests.cli_support import cli_env
+
+# Each one must show as text on every page and never become an element or run.
+HOSTILE = {
+    "script": "<script>window.__pwned = 1; document.title = 'pwned'; document.cookie = 'stolen=1'</script>",
+    "img": '<img src=x onerror="window.__pwned = 2">',
+    "js_link": '<a href="javascript:window.__pwned = 3">click me</a> [also](javascript:window.__pwned=3)',
+    "markdown": "**<svg onload=\"window.__pwned = 4\"></svg>** `<b>bold</b>` <!-- <script>window.__pwned = 5</script> -->",
+    "long_line": "WIDE" * 20000,
+    "bidi": "\u202eevil reversed\u202c \u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627",
+    "zero_width": "zero\u200bwidth\u200djoin\ufeffbom",
+    "surrogate": "lone \ud800 surrogate",
+    "style": '<style>body { display: none }</style><iframe src="https://frame.example.invalid/"></iframe>',
+}
+HOSTILE_ID = '"><img src=x onerror="window.__pwned=6">'
+URL_ID = "dir/sub?x=1&y=2#frag %2F .."
+# A 1x1 PNG: the one image a transcript may show (a data: URL).
+PIXEL = "data:image/png;base64," + base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d4944415478da63f8cfc0f01f0005000201a0b6b7e90000000049454e44ae426082"
+    )
+).decode()
+REMOTE_IMAGE = "https://images.example.invalid/cat.png"
+LONG_RESULT = "\n".join(f"line {n}: " + "x" * 60 for n in range(400))
+
+
+@dataclass
+class Seeded:
+    """What ``seed`` wrote, for the assertions."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    message_ids: dict[str, int] = field(default_factory=dict)
+
+
+async def seed(db: Any) -> Seeded:
+    """Sessions covering what the pages show: tool calls and results, reasoning, images, compaction, lineage, usage, hostile text."""
+    out = Seeded()
+    await db.create_session("deploy", "cli", model="gpt-test", system_prompt="be brief")
+    await db.set_session_title("deploy", "Compose outage")
+    await db.append_message("deploy", "user", "Why did the docker compose deployment fail?")
+    await db.append_message(
+        "deploy", "assistant", None, reasoning="The logs will say which volume is missing.",
+        tool_calls=[{"id": "call_1", "type": "function",
+                     "function": {"name": "terminal", "arguments": json.dumps({"command": "docker compose logs", "tail": 50})}}],
+    )
+    out.message_ids["long_result"] = await db.append_message(
+        "deploy", "tool", LONG_RESULT, tool_call_id="call_1", tool_name="terminal")
+    await db.append_message("deploy", "user", [{"type": "text", "text": "and this screenshot?"},
+                                               {"type": "image_url", "image_url": {"url": PIXEL}},
+                                               {"type": "image_url", "image_url": {"url": REMOTE_IMAGE}}])
+    out.message_ids["answer"] = await db.append_message(
+        "deploy", "assistant", "The compose file references a missing volume named zebrafish.")
+    await db.update_token_counts("deploy", input_tokens=1500, output_tokens=420, model="gpt-test",
+                                 estimated_cost_usd=0.0123, api_call_count=3, billing_provider="acme")
+    await db.record_auxiliary_usage("deploy", "title", model="tiny-model", input_tokens=40, estimated_cost_usd=0.0001)
+
+    # A compacted session: archived originals, then the summary and later turns.
+    await db.create_session("compacted", "telegram", model="gpt-test")
+    for n in range(3):
+        await db.append_message("compacted", "user", f"original question {n} about walruses")
+        await db.append_message("compacted", "assistant", f"original answer {n}")
+    await db.archive_and_compact("compacted", [{"role": "user", "content": "summary of the walrus talk"}])
+    await db.append_message("compacted", "assistant", "after the compaction")
+
+    # Lineage: a parent whose compression continued in a child, and a /branch fork.
+    await db.create_session("parent", "cli", model="gpt-test")
+    await db.append_message("parent", "user", "long conversation start")
+    await db.create_session("fork", "cli", parent_session_id="parent", model_config={"_branched_from": "parent"})
+    await db.append_message("fork", "user", "a different direction")
+    assert await db.try_acquire_compression_lock("parent", "seed")
+    await db.publish_compression_child(
+        parent_session_id="parent", child_session_id="parent-2", source="cli",
+        messages=[{"role": "user", "content": "continued after compression"}], compression_lock_holder="seed",
+    )
+
+    # An id with every character that means something in a URL.
+    await db.create_session(URL_ID, "cli")
+    await db.append_message(URL_ID, "user", "reachable by its escaped id")
+
+    # Hostile text everywhere the pages print stored values.
+    hostile = "\n".join(HOSTILE.values())
+    await db.create_session(HOSTILE_ID, HOSTILE["script"], model=HOSTILE["img"])
+    await db.set_session_title(HOSTILE_ID, HOSTILE["script"][:90])
+    out.message_ids["hostile"] = await db.append_message(HOSTILE_ID, "user", hostile)
+    await db.append_message(
+        HOSTILE_ID, "assistant", HOSTILE["markdown"], reasoning=HOSTILE["img"],
+        tool_calls=[{"id": HOSTILE["img"], "type": "function",
+                     "function": {"name": HOSTILE["script"], "arguments": json.dumps({"html": HOSTILE["img"]})}}],
+    )
+    await db.append_message(HOSTILE_ID, "tool", HOSTILE["js_link"] + "\n" + LONG_RESULT, tool_name=HOSTILE["img"],
+                            tool_call_id=HOSTILE["img"])
+    await db.append_message(HOSTILE_ID, HOSTILE["style"], HOSTILE["bidi"])
+    await db.update_token_counts(HOSTILE_ID, input_tokens=5, model=HOSTILE["markdown"], estimated_cost_usd=0.5)
+    out.ids = {name: name for name in ("deploy", "compacted", "parent", "fork", "parent-2")}
+    out.ids["hostile"] = HOSTILE_ID
+    return out
+
+
+def run_async(coroutine: Any) -> Any:
+    """Run ``coroutine`` to the end on a new event loop in a thread of its own; returns its result.
+
+    Playwright's synchronous API keeps an event loop running in the test
+    thread while a browser is open, so ``asyncio.run`` cannot be used there.
+    """
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def run_seed(open_store: Any) -> Seeded:
+    """Seed a store built by ``open_store()`` on an event loop of its own, then close it."""
+
+    async def go() -> Seeded:
+        db = open_store()
+        try:
+            return await seed(db)
+        finally:
+            await db.close()
+
+    return run_async(go())
+
+
+class Viewer:
+    """``hermes-state --db DB serve`` in a process of its own; ``url`` is the line it printed."""
+
+    def __init__(self, home: Path, db: str, *extra: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hermes_state", "--db", db, "serve", "--port", "0", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(home), cwd=str(home),
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().strip()
+        if not line:
+            self.process.wait(timeout=30)
+            raise AssertionError(f"serve printed no URL (exit {self.process.returncode}): {self.process.stderr.read()}")
+        self.url = line
+        self.base = line.split("?", 1)[0]
+        self.returncode: int | None = None
+        self.stderr = ""
+
+    def get(self, path: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
+        """One request without following redirects: ``(status, headers, body)``."""
+        return request(self.base.rstrip("/") + path, headers=headers)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if self.returncode is None:
+            self.process.send_signal(signum)
+            try:
+                _, self.stderr = self.process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                _, self.stderr = self.process.communicate()
+            self.returncode = self.process.returncode
+        return self.returncode
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def request(url: str, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """An HTTP request to the local viewer (never another host): ``(status, lower-cased headers, body)``."""
+    opener = urllib.request.build_opener(_NoRedirect)
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with opener.open(req, timeout=30) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+
+
+def wait_for(check: Any, timeout: float = 10.0, every: float = 0.05) -> Any:
+    """Poll ``check()`` until it returns something truthy; returns it (AssertionError on timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(every)
+
+
+def chromium_args() -> list[str]:
+    """Debian's chromium, headless, with nothing that phones home."""
+    return ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
+            # Should a page ever reach for another host, it resolves nothing and goes to a closed local port.
+            "--dns-prefetch-disable", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            "--proxy-server=http://127.0.0.1:9"]
+
+
+CHROMIUM = os.environ.get("HERMES_TEST_CHROMIUM", "/usr/bin/chromium")
+
+
+# The backends a viewer test runs on; PostgreSQL ones carry the ``postgres`` mark (.ci/run's second pass skips them).
+BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@dataclass
+class SeededStore:
+    backend: str
+    db: str  # what --db takes
+    seeded: Seeded
+
+
+def open_target(db: str) -> Any:
+    """A writable store on ``db`` (a path or a postgresql+asyncpg URL)."""
+    if db.startswith("postgresql"):
+        from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+        return PostgresSessionDB(db)
+    return SessionDB(db)
+
+
+def new_store(backend: str, directory: Path) -> tuple[str, Any]:
+    """``(db, drop)``: an empty SQLite path or PostgreSQL schema, and how to remove it afterwards."""
+    if backend == "sqlite":
+        directory.mkdir(parents=True, exist_ok=True)
+        return str(directory / "state.db"), lambda: None
+    import uuid
+
+    from tests.postgres_support import admin_connect, server_dsn, store_dsn
+
+    admin = server_dsn()
+    name = f"hs_test_{uuid.uuid4().hex}"
+
+    async def run(sql: str) -> None:
+        conn = await admin_connect(admin)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    run_async(run(f'CREATE SCHEMA "{name}"'))
+
+    def drop() -> None:
+        run_async(run(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+
+    return store_dsn(admin, name), drop
+
+
+def open_tab(browser: Any, viewer: Viewer, **context_options: Any) -> Any:
+    """A page in a fresh context that records every request and lets only the viewer's through (a generator)."""
+    context = browser.new_context(**context_options)
+    page = context.new_page()
+    page.requests = []  # type: ignore[attr-defined]
+    page.foreign = []  # type: ignore[attr-defined]
+    origin = viewer.base.rstrip("/")
+
+    def route(handle: Any) -> None:
+        url = handle.request.url
+        page.requests.append(url)  # type: ignore[attr-defined]
+        if url.startswith(origin + "/") or url == origin or url.startswith("data:"):
+            handle.continue_()
+        else:
+            page.foreign.append(url)  # type: ignore[attr-defined]
+            handle.abort()
+
+    context.route("**/*", route)
+    try:
+        yield page
+    finally:
+        context.close()
