@@ -46,7 +46,7 @@ from .schema import (
     TABLES,
     TRIGGERS,
 )
-from .upstream import UPSTREAM_COLUMNS, UPSTREAM_ONLY, UPSTREAM_TABLES
+from .upstream import UPSTREAM_COLUMNS, UPSTREAM_ONLY
 
 __all__ = [
     "DEFINITIONS_KEY",
@@ -362,7 +362,7 @@ def assess(catalog: Catalog) -> Assessment:
     """Judge ``catalog``: source layout, gaps to migrate, shapes to refuse (see the module docstring)."""
     assessment = Assessment(source="empty")
     if catalog.versions is None:
-        known = sorted(t for t in catalog.tables if t in TABLES or t in UPSTREAM_TABLES)
+        known = sorted(t for t in catalog.tables if t in TABLES or t in UPSTREAM_COLUMNS)
         if known:
             assessment.fatal.append(
                 f"PostgreSQL SessionDB found a non-empty schema without schema_version (tables: "

@@ -44,7 +44,6 @@ from .content import JSON, to_columns
 __all__ = [
     "UPSTREAM_COLUMNS",
     "UPSTREAM_ONLY",
-    "UPSTREAM_TABLES",
     "content_from_payloads",
     "live_leases",
     "merge_usage_rows",
@@ -86,10 +85,15 @@ UPSTREAM_COLUMNS: dict[str, frozenset[str]] = {
     "state_meta": frozenset({"key", "value"}),
     "compression_locks": frozenset({"session_id", "holder", "acquired_at", "expires_at"}),
     "session_turn_leases": frozenset({"conversation_id", "holder", "acquired_at", "expires_at"}),
+    # storage 3: SQLite's columns, then three of PostgreSQL's own (kept; this store neither reads
+    # nor writes them, and they are nullable or have a default)
+    "async_delegations": frozenset({
+        "delegation_id", "origin_session", "origin_ui_session_id", "parent_session_id", "state", "dispatched_at",
+        "completed_at", "updated_at", "event_json", "result_json", "delivery_state", "delivery_attempts",
+        "delivered_at", "owner_pid", "owner_started_at", "task_json", "delivery_claim", "delivery_claimed_at",
+        "origin_session_id", "owner_instance_id", "lease_expires_at",
+    }),
 }
-# Upstream's tables that are not ours: ``async_delegations`` (storage 3) belongs to upstream's
-# delegation tool, not to the store; a migration leaves it and its rows alone.
-UPSTREAM_TABLES = frozenset({*UPSTREAM_COLUMNS, "async_delegations"})
 # Upstream columns this layout drops once their values are in columns of ours.
 UPSTREAM_ONLY: dict[str, tuple[str, ...]] = {
     "sessions": ("payload", "last_active"),
