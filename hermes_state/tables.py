@@ -48,10 +48,12 @@ CARRIED_TABLES = (*STORE_TABLES, "sessions", "messages", "session_model_usage")
 
 # state_meta keys the store writes for itself: the FTS state (every ``fts_*`` key), the
 # maintenance helpers' throttle stamps, SQLite's turn-lease fencing counter (each store
-# counts its own) and PostgreSQL's private layout version.
+# counts its own), PostgreSQL's layout markers (hermes_state.postgres.layout) and
+# async-hermes-agent's private layout version.
 STORE_META_PREFIX = "fts_"
 STORE_META_KEYS = frozenset(
-    {"last_auto_prune", "last_vacuum", "last_auto_archive", "turn_lease_token", "postgres_storage_version"}
+    {"last_auto_prune", "last_vacuum", "last_auto_archive", "turn_lease_token", "postgres_storage_version",
+     "hermes_state_postgres_layout", "hermes_state_postgres_definitions", "hermes_state_postgres_migrated_from"}
 )
 
 # Column kinds, from a column's declared type: what a value must be to be stored unchanged.

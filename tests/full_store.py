@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hermes_state.tables import KEYED_TABLES
+from hermes_state.tables import KEYED_TABLES, STORE_META_KEYS, STORE_META_PREFIX
 
 from .raw_sql import fetch_rows, raw_exec
 
@@ -152,8 +152,8 @@ async def raw_counts(db: Any) -> dict[str, int]:
     """Rows per carried table counted with raw SQL (state_meta: only keys the store does not write itself)."""
     counts = {}
     for table in ROW_COUNTS:
-        where = " WHERE key NOT LIKE 'fts%' AND key NOT IN ('last_vacuum', 'last_auto_prune', 'last_auto_archive', " \
-            "'turn_lease_token')" if table == "state_meta" else ""
+        bookkeeping = ", ".join(f"'{key}'" for key in sorted(STORE_META_KEYS))
+        where = f" WHERE key NOT LIKE '{STORE_META_PREFIX}%' AND key NOT IN ({bookkeeping})" if table == "state_meta" else ""
         counts[table] = int((await fetch_rows(db, f"SELECT count(*) FROM {table}{where}"))[0][0])
     return counts
 

@@ -135,9 +135,15 @@ async def test_missing_column_is_named_and_row_checks_wait_for_it(db: SessionDB,
 
 async def test_wrong_schema_version_rows(db: SessionDB, pg_dsn: str) -> None:
     await raw(pg_dsn, "INSERT INTO schema_version VALUES (24)")
-    assert "schema_version holds [24, 25] (this release writes [25])" in await db.integrity_problems()
+    assert (
+        "schema_version holds [24, 25] (this release writes [25]): rows that disagree; refusing to guess which one holds"
+        in await db.integrity_problems()
+    )
     await raw(pg_dsn, "DELETE FROM schema_version")
-    assert "schema_version holds no row (this release writes [25])" in await db.integrity_problems()
+    assert (
+        "schema_version holds no row (this release writes [25]); refusing to guess the schema's version"
+        in await db.integrity_problems()
+    )
 
 
 async def test_invalid_search_index_fails_integrity_and_fts(db: SessionDB, pg_dsn: str, tmp_path: Path) -> None:

@@ -3,32 +3,32 @@
 Table, column, index and foreign-key names are the reference's; the column
 set of ``sessions`` and ``messages`` is SQLite's, so a row read back has the
 same keys on both backends. Fixes over the reference (spec §7): TEXT ids,
-server defaults, no payload snapshots (real columns only), a composite
+server defaults, no payload snapshots (real columns only: a database
+upstream wrote has its snapshots read into columns and dropped when it is
+migrated, see :mod:`.upstream` for why), a composite
 primary key on usage rows for ``ON CONFLICT`` upserts, a unique title index,
 a stored ``tsvector`` column with its GIN index (and a ``pg_trgm`` index where
 the extension can be had; :mod:`.search_schema`), and an explicit
 ``content_kind`` column for structured content (PostgreSQL TEXT cannot hold
 the NUL marker SQLite uses).
 
-A writable store creates or additively reconciles everything in one
-transaction under ``pg_advisory_xact_lock``; when the catalog already holds
-every object no DDL runs (DDL takes heavy locks even when it changes
-nothing). A read-only store only checks the version and never writes.
+This module declares the layout (an added table, column, index, function or
+trigger, or a changed definition, needs nothing more: the next open adds or
+replaces it; a change that existing rows must follow raises
+:data:`.layout.LAYOUT` and teaches :mod:`.migration` the step).
+:mod:`.migration` opens it: a catalog check under the advisory lock that runs
+no DDL when the schema is current, else one atomic migration in place from
+any layout it knows (an empty schema, earlier hermes-state layouts,
+async-hermes-agent's), and a ``RuntimeError`` for a shape it does not.
+:mod:`.layout` says how layouts are recognised and marked.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .conversations import CONVERSATION_FUNCTIONS, CONVERSATION_TRIGGERS, backfill_conversation_ids
-from .search_schema import (
-    SEARCH_COLUMN,
-    SEARCH_DOCUMENT,
-    SEARCH_INDEX,
-    reconcile_search,
-    search_catalog,
-    search_facts,
-)
+from .conversations import CONVERSATION_FUNCTIONS, CONVERSATION_TRIGGERS
+from .search_schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
 
 __all__ = [
     "FOREIGN_KEYS",
@@ -203,139 +203,15 @@ def _add_column_type(kind: str) -> str:
     return kind.replace(" PRIMARY KEY", "")
 
 
-async def _catalog(conn: Any) -> tuple[dict[str, set[str]], set[str], set[str]]:
-    """(table -> columns, index names, foreign-key names) in the current schema."""
-    rows = await conn.fetch(
-        "SELECT c.relname, a.attname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
-        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname = ANY($1::text[])",
-        list(TABLES),
-    )
-    columns: dict[str, set[str]] = {}
-    for row in rows:
-        columns.setdefault(row[0], set()).add(row[1])
-    indexes = {r[0] for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
-    fks = {
-        r[0]
-        for r in await conn.fetch(
-            "SELECT con.conname FROM pg_constraint con JOIN pg_namespace n ON n.oid = con.connamespace "
-            "WHERE con.contype = 'f' AND n.nspname = current_schema()"
-        )
-    }
-    return columns, indexes, fks
-
-
-async def _functions(conn: Any) -> set[str]:
-    """The functions, triggers and sequences of ours the current schema holds, by name."""
-    return {
-        r[0]
-        for r in await conn.fetch(
-            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = current_schema() AND p.proname = ANY($1::text[]) "
-            "UNION ALL SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND NOT t.tgisinternal AND t.tgname = ANY($2::text[]) "
-            "UNION ALL SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind = 'S' AND c.relname = ANY($3::text[])",
-            list(FUNCTIONS), list(TRIGGERS), list(SEQUENCES),
-        )
-    }
-
-
-def _is_current(columns: dict[str, set[str]], indexes: set[str], fks: set[str]) -> bool:
-    return (
-        all(set(name for name, _ in cols) <= columns.get(table, set()) for table, cols in TABLES.items())
-        and set(INDEXES) | set(_UNIQUE_INDEXES) <= indexes
-        and set(FOREIGN_KEYS) <= fks
-    )
-
-
-async def _versions(conn: Any) -> list[int]:
-    return [int(r[0]) for r in await conn.fetch("SELECT version FROM schema_version")]
-
-
-def _refuse_newer(versions: list[int]) -> None:
-    if versions and max(versions) > SCHEMA_VERSION:
-        raise RuntimeError("PostgreSQL SessionDB schema is newer than this backend")
-
-
 async def ensure_schema(conn: Any) -> dict[str, Any]:
-    """Create or additively reconcile the schema in one advisory-locked transaction; returns facts.
+    """Check, or migrate in place, the schema of a writable store (see :mod:`.migration`); returns facts."""
+    from .migration import ensure_schema as handshake
 
-    Raises RuntimeError for a newer schema version, or for a schema that has
-    store tables with rows but no ``schema_version`` (refusing to guess).
-    """
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
-        columns, indexes, fks = await _catalog(conn)
-        versions = await _versions(conn) if "schema_version" in columns else []
-        _refuse_newer(versions)
-        functions = await _functions(conn)
-        search = await search_catalog(conn)
-        if (
-            versions == [SCHEMA_VERSION]
-            and _is_current(columns, indexes, fks)
-            and set(FUNCTIONS) | set(TRIGGERS) | set(SEQUENCES) <= functions
-            and search.current
-            and not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions WHERE conversation_id IS NULL)")
-        ):
-            return {"schema_version": SCHEMA_VERSION, "reconciled": False, **search_facts(search.trigram_index)}
-        if "schema_version" not in columns and "sessions" in columns:
-            if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
-                raise RuntimeError(
-                    "PostgreSQL SessionDB found a non-empty schema without schema_version; refusing to guess its layout"
-                )
-        for table, cols in TABLES.items():
-            if table not in columns:
-                await conn.execute(_create_table_sql(table))
-                continue
-            for name, kind in cols:
-                if name not in columns[table]:
-                    await conn.execute(f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS "{name}" {_add_column_type(kind)}')
-        for name, (table, definition) in FOREIGN_KEYS.items():
-            if name not in fks:
-                await conn.execute(f'ALTER TABLE "{table}" ADD CONSTRAINT "{name}" {definition}')
-        for name, body in INDEXES.items():
-            if name not in indexes:
-                await conn.execute(f'CREATE INDEX IF NOT EXISTS "{name}" ON {body}')
-        for name, body in _UNIQUE_INDEXES.items():
-            if name not in indexes:
-                await conn.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS "{name}" ON {body}')
-        for name, statement in FUNCTIONS.items():
-            if name not in functions:
-                await conn.execute(statement)
-        for name, statement in TRIGGERS.items():
-            if name not in functions:
-                await conn.execute(statement)
-        for name in SEQUENCES:
-            if name not in functions:
-                await conn.execute(f'CREATE SEQUENCE IF NOT EXISTS "{name}"')
-        await backfill_conversation_ids(conn)
-        facts = await reconcile_search(conn, search)
-        _refuse_newer(await _versions(conn))
-        await conn.execute("DELETE FROM schema_version")
-        await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", SCHEMA_VERSION)
-    return {"schema_version": SCHEMA_VERSION, "reconciled": True, **facts}
+    return await handshake(conn)
 
 
 async def check_schema_read_only(conn: Any) -> dict[str, Any]:
-    """Validate a read-only store's connection and schema version without writing; returns facts."""
-    import asyncpg  # type: ignore[import-untyped]
+    """Validate a read-only store's schema without writing (see :mod:`.migration`); returns facts."""
+    from .migration import check_schema_read_only as check
 
-    async with conn.transaction(readonly=True):
-        if await conn.fetchval("SHOW transaction_read_only") != "on":
-            raise RuntimeError("PostgreSQL read-only SessionDB did not receive transaction_read_only=on")
-        try:
-            version = await conn.fetchval("SELECT max(version) FROM schema_version")
-        except asyncpg.UndefinedTableError:
-            raise RuntimeError("read-only PostgreSQL SessionDB requires an initialized schema") from None
-        search = await search_catalog(conn)
-    if version is None:
-        raise RuntimeError("read-only PostgreSQL SessionDB requires a schema version row")
-    _refuse_newer([int(version)])
-    # A version-25 schema made before the stored search column cannot serve search queries.
-    if int(version) < SCHEMA_VERSION or not search.column:
-        raise RuntimeError(
-            "read-only PostgreSQL SessionDB requires the current schema; writable migration is required"
-        )
-    return {"schema_version": int(version), "reconciled": False, **search_facts(search.trigram_index)}
+    return await check(conn)

@@ -2,10 +2,12 @@
 
 PostgreSQL has no ``PRAGMA integrity_check``; its page-level counterpart,
 ``amcheck``, runs where an administrator installed it (``page_check``).
-The rest is the store's own layer: a schema object dropped or never
-created, an index left invalid by a failed build, counters that drifted
-from the rows, rows whose parent is gone (foreign keys disabled for a bulk
-load, or dropped by hand). Each problem comes back as one line naming what
+The rest is the store's own layer: what the open-time assessment
+(``layout.assess``) finds (a schema object dropped or never created, a
+column of the wrong type, a missing layout marker, a definition changed
+since it was created, a shape the store refuses), an index left invalid by
+a failed build, counters that drifted from the rows, rows whose parent is
+gone (foreign keys disabled for a bulk load, or dropped by hand). Each problem comes back as one line naming what
 is wrong and where.
 """
 
@@ -14,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...repairs import LEASE_TABLES
-from ..schema import _UNIQUE_INDEXES, FOREIGN_KEYS, FUNCTIONS, INDEXES, SCHEMA_VERSION, SEARCH_INDEX, TABLES
+from ..layout import assess, declared_columns, read_store_catalog
+from ..schema import FOREIGN_KEYS, SEARCH_INDEX, TABLES
 from ..search_schema import search_catalog, search_problems
 from .page_check import amcheck_schema, page_problems
 from .registry import query
@@ -25,13 +28,6 @@ __all__ = ["DRIFT_SQL", "INDEX_STATE_SQL", "MAX_INTEGRITY_PROBLEMS", "search_ind
 MAX_INTEGRITY_PROBLEMS = 20
 # Example ids named per problem line.
 _EXAMPLES = 5
-
-_COLUMNS_SQL = """
-SELECT c.relname, a.attname FROM pg_class AS c
-JOIN pg_namespace AS n ON n.oid = c.relnamespace
-JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname = ANY($1::text[])
-"""
 
 # Indexes of the store's tables, with their state (catalog joins only: pg_indexes calls
 # pg_get_indexdef, which fails on indexes of other schemas being dropped meanwhile).
@@ -46,17 +42,6 @@ JOIN pg_namespace AS n ON n.oid = t.relnamespace
 JOIN pg_am AS am ON am.oid = c.relam
 WHERE n.nspname = current_schema() AND t.relname = ANY($1::text[])
 ORDER BY c.relname
-"""
-
-_FOREIGN_KEYS_SQL = """
-SELECT con.conname, con.convalidated FROM pg_constraint AS con
-JOIN pg_namespace AS n ON n.oid = con.connamespace
-WHERE con.contype = 'f' AND n.nspname = current_schema()
-"""
-
-_FUNCTIONS_SQL = """
-SELECT p.proname FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
-WHERE n.nspname = current_schema() AND p.proname = ANY($1::text[])
 """
 
 # Foreign keys are enforced by system triggers; a disabled one lets orphans in.
@@ -125,30 +110,16 @@ def _names(items: list[str]) -> str:
 
 
 async def _schema_problems(conn: Any) -> tuple[list[str], bool]:
-    """(problems, whether every table has its columns): missing objects, a wrong version, invalid indexes."""
-    problems: list[str] = []
-    columns: dict[str, set[str]] = {}
-    for table, column in await conn.fetch(_COLUMNS_SQL, list(TABLES)):
-        columns.setdefault(table, set()).add(column)
-    missing_tables = [table for table in TABLES if table not in columns]
-    if missing_tables:
-        problems.append(f"missing table(s): {_names(missing_tables)}")
-    complete = not missing_tables
-    for table, wanted in TABLES.items():
-        absent = [name for name, _ in wanted if table in columns and name not in columns[table]]
-        if absent:
-            problems.append(f"table {table} lacks column(s): {_names(absent)}")
-            complete = False
-    if "schema_version" in columns:
-        versions = sorted(int(r[0]) for r in await conn.fetch("SELECT version FROM schema_version"))
-        if versions != [SCHEMA_VERSION]:
-            problems.append(f"schema_version holds {versions or 'no row'} (this release writes [{SCHEMA_VERSION}])")
+    """(problems, whether every table has its columns): the layout gaps and refusals the open-time
+    assessment finds (:func:`..layout.assess`), the search objects, indexes left invalid, foreign
+    keys unchecked or not enforced."""
+    catalog = await read_store_catalog(conn)
+    assessment = assess(catalog)
+    invalid_line = f"invalid index(es) to rebuild: {', '.join(assessment.invalid)}"
+    problems = [*assessment.fatal, *(p for p in assessment.pending if p != invalid_line)]
+    complete = all(set(columns) <= set(catalog.columns.get(table, {})) for table, columns in declared_columns().items())
     indexes = await conn.fetch(INDEX_STATE_SQL, list(TABLES))
-    present = {r["name"] for r in indexes}
-    missing_indexes = [name for name in (*INDEXES, *_UNIQUE_INDEXES) if name not in present]
-    if missing_indexes:
-        problems.append(f"missing index(es): {_names(missing_indexes)}")
-    if "messages" in columns:  # the search column and indexes live outside INDEXES
+    if "messages" in catalog.columns:  # the search column and indexes live outside INDEXES
         problems.extend(search_problems(await search_catalog(conn)))
     for r in indexes:
         if not r["valid"]:
@@ -156,20 +127,12 @@ async def _schema_problems(conn: Any) -> tuple[list[str], bool]:
                 f"index {r['name']} on {r['table_name']} is invalid (a failed or interrupted build): "
                 f"REINDEX INDEX {r['name']}, or drop it if the store did not create it"
             )
-    fks = {r[0]: r[1] for r in await conn.fetch(_FOREIGN_KEYS_SQL)}
-    missing_fks = [name for name in FOREIGN_KEYS if name not in fks]
-    if missing_fks:
-        problems.append(f"missing foreign key(s): {_names(missing_fks)}")
-    unchecked = [name for name in FOREIGN_KEYS if fks.get(name) is False]
+    unchecked = [name for name in FOREIGN_KEYS if catalog.foreign_keys.get(name) is False]
     if unchecked:
         problems.append(f"foreign key(s) added NOT VALID, existing rows unchecked: {_names(unchecked)}")
     disabled = [r[0] for r in await conn.fetch(_DISABLED_FK_TRIGGERS_SQL)]
     if disabled:
         problems.append(f"foreign keys not enforced (triggers disabled) on: {_names(disabled)}")
-    functions = {r[0] for r in await conn.fetch(_FUNCTIONS_SQL, list(FUNCTIONS))}
-    missing_functions = [name for name in FUNCTIONS if name not in functions]
-    if missing_functions:
-        problems.append(f"missing function(s): {_names(missing_functions)}")
     return problems, complete
 
 
