@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +25,63 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+class _Zygote:
+    """This test process's fork server (``tests/cli_zygote.py``), started on first use."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.cli_zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=cli_env(Path(tempfile.gettempdir())), cwd=str(REPO),
+        )
+        assert proc.stdout is not None
+        if "ready" not in json.loads(proc.stdout.readline() or "{}"):
+            raise RuntimeError("the command tests' fork server did not start")
+        atexit.register(proc.kill)
+        return proc
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            return json.loads(self._proc.stdout.readline())
+
+
+_ZYGOTE = _Zygote()
+
+
 def run_cli(home: Path, *args: str, stdin: bytes | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """Run the command as a user would; returns the finished process (text stdout/stderr)."""
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_state", *args],
-        input=None if stdin is None else stdin.decode(),
-        capture_output=True, text=True, env=cli_env(home), timeout=timeout, cwd=str(home),
-    )
+    """Run the command as a user would (a fresh process, forked from one that imported the package once).
+
+    Returns the finished process (text stdout/stderr). ``HERMES_CLI_SUBPROCESS=1``
+    runs ``python -m hermes_state`` itself instead.
+    """
+    if os.environ.get("HERMES_CLI_SUBPROCESS") == "1":
+        return subprocess.run(
+            [sys.executable, "-m", "hermes_state", *args],
+            input=None if stdin is None else stdin.decode(),
+            capture_output=True, text=True, env=cli_env(home), timeout=timeout, cwd=str(home),
+        )
+    with tempfile.TemporaryDirectory(prefix="hs-cli-") as streams:
+        paths = {name: os.path.join(streams, name) for name in ("stdin", "stdout", "stderr")}
+        if stdin is not None:
+            Path(paths["stdin"]).write_bytes(stdin)
+        reply = _ZYGOTE.run({
+            "args": list(args), "env": cli_env(home), "cwd": str(home), "stdin": paths["stdin"] if stdin is not None else None,
+            "stdout": paths["stdout"], "stderr": paths["stderr"], "timeout": timeout,
+        })
+        out = Path(paths["stdout"]).read_bytes().decode("utf-8", "replace")
+        err = Path(paths["stderr"]).read_bytes().decode("utf-8", "replace")
+    command = ["hermes-state", *args]
+    if reply.get("timed_out"):
+        raise subprocess.TimeoutExpired(command, timeout, out, err)
+    return subprocess.CompletedProcess(command, reply["code"], out, err)
 
 
 # VmHWM is this process's own peak; getrusage's ru_maxrss would carry over the forking

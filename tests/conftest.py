@@ -78,11 +78,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 POSTGRES_FIXTURES = frozenset({"pg_dsn", "pg_admin_dsn"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every PostgreSQL test ``postgres``, so a run can select or deselect them with ``-m``.
+def all_tests() -> bool:
+    """Whether this run includes the ``slow`` tests (``HERMES_ALL_TESTS=1``; ``.ci/run`` sets it)."""
+    return os.environ.get("HERMES_ALL_TESTS") == "1"
 
-    .ci/run's second pass (the interpreter's sqlite3) deselects them: the
-    driver variable changes nothing on PostgreSQL, and CI time is bounded.
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every PostgreSQL test ``postgres`` and every browser test ``browser`` (select them with ``-m``).
+
+    .ci/run's second pass (the interpreter's sqlite3) deselects both: the
+    driver variable changes nothing on PostgreSQL or in the browser, and CI
+    time is bounded. Without ``HERMES_ALL_TESTS=1`` the ``slow`` tests (long
+    stress and process runs that repeat what quicker tests cover) are
+    deselected, so a newcomer's run stays short; CI runs everything.
     """
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -90,6 +98,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         uses_server = bool(POSTGRES_FIXTURES.intersection(getattr(item, "fixturenames", ())))
         if on_postgres or uses_server or item.path.name.startswith("test_postgres"):
             item.add_marker(pytest.mark.postgres)
+        if item.path.name == "test_browser.py":
+            item.add_marker(pytest.mark.browser)
+    if all_tests():
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+        config.stash[_SLOW_LEFT_OUT] = len(slow)
+
+
+_SLOW_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    left_out = config.stash.get(_SLOW_LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"{left_out} slow test(s) left out (stress and process runs); HERMES_ALL_TESTS=1 runs them, as CI does"
+        )
 
 
 # The only skip CI accepts: CJK tests that need SQLite extension loading, on a

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SAMPLE = '''
 import pytest
 
@@ -32,6 +34,7 @@ def _run(tmp_path: Path, forbid: bool) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # a pytest run in a subprocess
 def test_forbidden_skip_fails_and_the_allowed_one_stays_a_skip(tmp_path: Path) -> None:
     run = _run(tmp_path, forbid=True)
     assert run.returncode == 1, run.stdout + run.stderr
@@ -39,6 +42,7 @@ def test_forbidden_skip_fails_and_the_allowed_one_stays_a_skip(tmp_path: Path) -
     assert "allows no skip for this reason" in run.stdout and "nothing to see" in run.stdout
 
 
+@pytest.mark.slow  # a pytest run in a subprocess
 def test_without_the_flag_skips_are_plain_skips(tmp_path: Path) -> None:
     run = _run(tmp_path, forbid=False)
     assert run.returncode == 0, run.stdout + run.stderr

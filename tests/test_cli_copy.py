@@ -102,6 +102,7 @@ def test_copy_refuses_the_same_store_and_bad_batches(tmp_path: Path) -> None:
     assert run_cli(tmp_path, "--db", str(path), "copy").returncode == 2
 
 
+@pytest.mark.slow  # kills a copy part-way, twice; test_cli_signals resumes one too
 async def test_an_interrupted_copy_resumes_without_duplicates(tmp_path: Path) -> None:
     source = tmp_path / "src.db"
     total = await fill_store(source, 600, 8)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -106,8 +106,19 @@ def assert_whole(path: Path) -> None:
                       "(SELECT COUNT(*) FROM messages AS m WHERE m.session_id = s.id)") == []
 
 
-@SIGNALS
-@pytest.mark.parametrize("moment", list(COPY_MOMENTS))
+# Every moment with both signals in CI; by default one moment of each command, one signal each.
+QUICK = {("while a batch is written", "SIGINT"), ("mid-export", "SIGTERM")}
+
+
+def _matrix(moments: dict[str, str]) -> list[Any]:
+    return [
+        pytest.param(moment, signum, id=f"{moment}-{signum.name}",
+                     marks=() if (moment, signum.name) in QUICK else pytest.mark.slow)
+        for moment in moments for signum in (signal.SIGINT, signal.SIGTERM)
+    ]
+
+
+@pytest.mark.parametrize(("moment", "signum"), _matrix(COPY_MOMENTS))
 def test_copy_stops_cleanly_at_every_moment(source: Path, tmp_path: Path, moment: str, signum: int) -> None:
     destination = tmp_path / "copy" / "state.db"
     args = ("--db", str(source), "copy", "--to", str(destination), "--batch-sessions", "4")
@@ -125,8 +136,7 @@ def test_copy_stops_cleanly_at_every_moment(source: Path, tmp_path: Path, moment
     assert_whole(destination)
 
 
-@SIGNALS
-@pytest.mark.parametrize("moment", list(EXPORT_MOMENTS))
+@pytest.mark.parametrize(("moment", "signum"), _matrix(EXPORT_MOMENTS))
 def test_export_to_a_file_stops_cleanly_at_every_moment(source: Path, tmp_path: Path, moment: str, signum: int) -> None:
     out = tmp_path / "out" / "backup.jsonl"
     out.parent.mkdir()
@@ -142,6 +152,7 @@ def test_export_to_a_file_stops_cleanly_at_every_moment(source: Path, tmp_path: 
     assert_whole(source)
 
 
+@pytest.mark.slow
 @SIGNALS
 def test_export_to_stdout_stops_cleanly_mid_stream(source: Path, tmp_path: Path, signum: int) -> None:
     done = interrupted(tmp_path, EXPORT_MOMENTS["mid-export"], signum, "--db", str(source), "export")
@@ -175,7 +186,8 @@ def _sessions_in(path: Path) -> int:
         return 0
 
 
-@SIGNALS
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=pytest.mark.slow, id="SIGINT"),
+                                    pytest.param(signal.SIGTERM, id="SIGTERM")])
 async def test_a_running_copy_signalled_from_outside(tmp_path: Path, signum: int) -> None:
     """No launcher: the plain command, signalled by another process once sessions arrive."""
     source = tmp_path / "big.db"

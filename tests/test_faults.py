@@ -656,7 +656,11 @@ async def _run_and_kill(
     return [line.rstrip("\n") for line in acks if line.endswith("\n")]
 
 
-KILL_DELAYS = pytest.mark.parametrize("kill_delay", [0.0, 0.013, 0.04], ids=["at-ack", "13ms", "40ms"])
+KILL_DELAYS = pytest.mark.parametrize(
+    "kill_delay",
+    [pytest.param(0.0, id="at-ack"), pytest.param(0.013, id="13ms", marks=pytest.mark.slow),
+     pytest.param(0.04, id="40ms", marks=pytest.mark.slow)],
+)
 
 
 @KILL_DELAYS

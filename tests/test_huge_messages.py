@@ -50,7 +50,7 @@ def with_markers(text: str) -> str:
     "payload",
     [
         pytest.param(lambda: distinct_words(1_800_000, 1), id="log-1.8MB"),
-        pytest.param(lambda: distinct_words(6_000_000, 2), id="log-6MB"),
+        pytest.param(lambda: distinct_words(6_000_000, 2), id="log-6MB", marks=pytest.mark.slow),
         pytest.param(lambda: json_like(2_000_000), id="json-2MB"),
     ],
 )

@@ -167,6 +167,7 @@ def test_store_is_bound_to_its_event_loop(pg_dsn: str) -> None:
 
 
 # A fixture that fails reports an error, which fails the run as surely as a failed test.
+@pytest.mark.slow  # two pytest runs in subprocesses
 @pytest.mark.parametrize(("require", "expected"), [("", "1 skipped"), ("1", "1 error")])
 def test_without_a_server_tests_skip_or_fail_under_ci(require: str, expected: str) -> None:
     root = Path(__file__).resolve().parents[1]

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from hermes_state import SessionDB
 from hermes_state.sqlite.driver import driver_module
+from tests.conftest import all_tests
 from tests.test_search_cjk import cjk_lib  # noqa: F401  (session fixture: builds the tokenizer)
 
 RESULT_KEYS = ["id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model", "session_started", "context"]
@@ -206,7 +207,7 @@ def _check_hits(world: Fixture, query: str, hits: list[dict[str, Any]], opts: di
             assert any(tok.lower() in haystack for tok in _tokens(raw)), (query, hit)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=250 if all_tests() else 60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     query=queries,
     source_filter=name_lists(SOURCES + ["ghost"]),
