@@ -87,10 +87,11 @@ def test_sessions_page_lists_and_links(tab: Any, viewer: Viewer, seeded_store: S
     assert row.locator("td").nth(3).inner_text() == "5" and row.locator("td").nth(5).inner_text() == "$0.0123"
     tab.select_option("select[name=source]", "telegram")
     tab.click("button[type=submit]")
-    assert tab.locator("table.sessions tbody tr").count() == 1 and "source=telegram" in tab.url
+    tab.wait_for_url(lambda url: "source=telegram" in url)
+    assert tab.locator("table.sessions tbody tr").count() == 1
     tab.goto(viewer.base)
     tab.click("text=Compose outage")
-    assert tab.url == viewer.base + "sessions/deploy"
+    tab.wait_for_url(viewer.base + "sessions/deploy")
     assert tab.locator("h1").inner_text() == "Compose outage"
     _inert(tab, "Transcript")
     _local_only(tab, viewer)
@@ -139,7 +140,7 @@ def test_compaction_boundary_and_archived_originals(tab: Any, viewer: Viewer) ->
 def test_a_search_hit_in_archived_history_opens_its_fold(tab: Any, viewer: Viewer) -> None:
     tab.goto(viewer.base + "search?q=walruses")
     tab.locator("li.hit a.hit-link", has_text="compacted").first.click()
-    assert "/sessions/compacted?at=" in tab.url
+    tab.wait_for_url(lambda url: "/sessions/compacted?at=" in url)
     target = tab.locator("#" + urlsplit(tab.url).fragment)
     assert target.is_visible() and "walruses" in target.inner_text()
     assert tab.evaluate("() => document.querySelector(':target').closest('details').open") is True
@@ -151,9 +152,9 @@ def test_lineage_links_both_ways(tab: Any, viewer: Viewer) -> None:
     assert [children.nth(i).locator(".relation").inner_text() for i in range(children.count())] == ["branch", "compression"]
     assert tab.locator("ol.chain li").count() == 2
     children.filter(has_text="compression").locator("a").click()
-    assert tab.url == viewer.base + "sessions/parent-2"
+    tab.wait_for_url(viewer.base + "sessions/parent-2")
     tab.click("section.lineage p >> text=parent")
-    assert tab.url == viewer.base + "sessions/parent"
+    tab.wait_for_url(viewer.base + "sessions/parent")
 
 
 def test_search_highlights_and_lands_on_the_message(tab: Any, viewer: Viewer, seeded_store: SeededStore) -> None:
@@ -163,7 +164,7 @@ def test_search_highlights_and_lands_on_the_message(tab: Any, viewer: Viewer, se
     assert [m.inner_text() for m in hits.first.locator("mark").all()] == ["zebrafish"]
     message_id = seeded_store.seeded.message_ids["answer"]
     hits.first.locator("a.hit-link").click()
-    assert tab.url == f"{viewer.base}sessions/deploy?at={message_id}#m{message_id}"
+    tab.wait_for_url(lambda url: url == f"{viewer.base}sessions/deploy?at={message_id}#m{message_id}")
     target = tab.locator(f"#m{message_id}")
     assert target.is_visible() and "zebrafish" in target.inner_text()
     assert tab.evaluate("() => document.querySelector(':target').id") == f"m{message_id}"
@@ -179,7 +180,8 @@ def test_usage_page_draws_the_chart_from_the_package(tab: Any, viewer: Viewer) -
     assert models[0] == HOSTILE["markdown"]  # the costliest model first, its hostile name as text
     tab.select_option("select[name=metric]", "tokens")
     tab.click("button[type=submit]")
-    assert "metric=tokens" in tab.url and tab.locator("figure.chart svg rect").count() >= 3
+    tab.wait_for_url(lambda url: "metric=tokens" in url)
+    assert tab.locator("figure.chart svg rect").count() >= 3
     _inert(tab, "Usage")
     _local_only(tab, viewer)
 
@@ -211,13 +213,16 @@ def test_pages_work_without_javascript(browser: Any, viewer: Viewer) -> None:
     for tab in open_tab(browser, viewer, java_script_enabled=False):
         tab.goto(viewer.base)
         tab.click("text=Compose outage")
+        tab.wait_for_url(lambda url: "/sessions/deploy" in url)
         assert tab.locator("li.msg").count() == 5
         tab.locator("li.role-tool details.show-all summary").click()
         assert tab.locator("li.role-tool details.show-all .text").is_visible()
         tab.fill("header input[name=q]", "walruses")
         tab.press("header input[name=q]", "Enter")
-        assert re.search(r"/search\?q=walruses$", tab.url) and tab.locator("li.hit").count() >= 1
+        tab.wait_for_url(lambda url: re.search(r"/search\?q=walruses$", url) is not None)
+        assert tab.locator("li.hit").count() >= 1
         tab.click("nav >> text=Usage")
+        tab.wait_for_url(lambda url: url.endswith("/usage"))
         assert tab.locator("figure.chart svg rect").count() >= 3
         _local_only(tab, viewer)
 
@@ -291,6 +296,7 @@ def test_token_rule_in_the_browser(browser: Any, seeded_store: SeededStore, web_
             cookies = tab.context.cookies()
             assert [(c["name"], c["value"], c["httpOnly"]) for c in cookies] == [(f"hermes_state_token_{port}", token, True)]
             tab.click("nav >> text=Sessions")
+            tab.wait_for_url(local.base)
             assert tab.locator("table.sessions tbody tr").count() >= 5
             _inert(tab, "Sessions")  # the token cookie is out of the page's reach
             _local_only(tab, local)
