@@ -15,6 +15,7 @@ Both write the same texts to a fresh file with the store's schema, WAL,
 ``synchronous=FULL``. Kernel time (fsync, wake-ups) is not counted.
 
     python3 bench/append_cost.py            # needs valgrind; about a minute
+    python3 bench/append_cost.py --fenced   # also fenced appends (turn leases) against unfenced ones
 """
 
 from __future__ import annotations
@@ -39,14 +40,24 @@ def _texts(n: int) -> list[str]:
     return [f"turn {i}: the agent called a tool and read its result, then wrote an answer " * (1 + i % 4) for i in range(n)]
 
 
-async def _store(n: int, d: Path) -> None:
+async def _store(n: int, d: Path, fence: str = "") -> None:
+    """``n`` sequential appends; ``fence`` "holder" passes ``turn_lease_holder``, "turn" writes through a ``session_turn``."""
     from hermes_state import SessionDB
 
     db = SessionDB(str(d / "store.db"))
     try:
         await db.create_session("b", source="bench", model="m")
+        if fence == "turn":
+            async with db.session_turn("b", "bench-turn", ttl_seconds=3600) as turn:
+                for i, text in enumerate(_texts(n)):
+                    await turn.append_message("b", "user" if i % 2 else "assistant", text)
+            return
+        extra = {}
+        if fence == "holder":
+            assert await db.try_acquire_session_turn_lease("b", "bench-holder", ttl_seconds=3600)
+            extra = {"turn_lease_holder": "bench-holder"}
         for i, text in enumerate(_texts(n)):
-            await db.append_message("b", "user" if i % 2 else "assistant", text)
+            await db.append_message("b", "user" if i % 2 else "assistant", text, **extra)
     finally:
         await db.close()
 
@@ -69,8 +80,8 @@ def _child(who: str, n: int) -> None:
     d = Path(tempfile.mkdtemp(prefix="hermes-cost-"))
     (d / "home").mkdir()
     os.environ["HERMES_HOME"] = str(d / "home")  # no user config.yaml
-    if who == "store":
-        asyncio.run(_store(n, d))
+    if who.startswith("store"):
+        asyncio.run(_store(n, d, who.partition("-")[2]))
     else:
         _limit(n, d)
 
@@ -110,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", nargs=2, metavar=("WHO", "N"), help=argparse.SUPPRESS)
     p.add_argument("--sizes", type=int, nargs=2, default=(100, 400), metavar=("N1", "N2"),
                    help="append counts of the two runs whose difference is reported (default 100 400)")
+    p.add_argument("--fenced", action="store_true",
+                   help="also count fenced appends (turn_lease_holder=, and through session_turn) against unfenced ones")
     args = p.parse_args(argv)
     if args.child:
         _child(args.child[0], int(args.child[1]))
@@ -126,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"         total             {loop + others:>10,.0f}")
     print(f"  limit: one commit per row {limit_total:>9,.0f}")
     print(f"  store / limit: {(loop + others) / limit_total:.3f}")
+    if args.fenced:
+        plain = loop + others
+        with tempfile.TemporaryDirectory(prefix="hermes-callgrind-") as tmp:
+            for fence in ("holder", "turn"):
+                fenced = sum(_measure(f"store-{fence}", tuple(args.sizes), Path(tmp)).values())
+                print(f"  fenced ({fence:6}): {fenced:>10,.0f}   fenced / unfenced: {fenced / plain:.3f} (target <= 1.10)")
     return 0
 
 

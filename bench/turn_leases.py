@@ -6,8 +6,10 @@
    - ``agents``: 50 tasks (own sessions, each holding its conversation's lease)
      awaiting 20 appends each per round, so the writer batches them.
    Fenced means ``turn_lease_holder=`` (upstream's fence) and, separately,
-   through a ``session_turn`` (holder and token). Prints each mode's time per
-   append and ``fenced / unfenced``. Targets: SQLite <= 1.10, PostgreSQL
+   through a ``session_turn`` (holder and token). Prints each mode's wall time
+   per append and ``fenced / unfenced`` (the targets' measure), then the
+   process CPU per append (loop and writer thread), which moves less with
+   what else the machine runs. Targets: SQLite <= 1.10, PostgreSQL
    (50 agents) <= 1.20.
 2. **Hand-off.** A worker holds the lease, a waiter waits with upstream's
    defaults (``poll_interval_seconds=1.0``); the time from the release's
@@ -148,12 +150,19 @@ async def _round(db: Any, shape: str, mode: str, tag: str) -> float:
     running = [asyncio.create_task(agent(sid)) for sid in sessions]
     for _ in sessions:
         await ready.acquire()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     go.set()
     elapsed = max(await asyncio.gather(*finished.values())) - started
+    cpu_spent = time.process_time() - cpu
     stopped.set()
     await asyncio.gather(*running)
+    CPU[mode].append(cpu_spent / (tasks * appends))
     return elapsed / (tasks * appends)
+
+
+# Process CPU (event loop and writer thread) per append, by mode, of the current shape: less
+# sensitive than wall time to what else the machine runs (on SQLite, wall time is mostly fsync).
+CPU: dict[str, list[float]] = {"plain": [], "holder": [], "turn": []}
 
 
 async def fence_cost(backend: Backend, rounds: int) -> list[str]:
@@ -164,8 +173,11 @@ async def fence_cost(backend: Backend, rounds: int) -> list[str]:
         for shape in ("sequential", "agents"):
             per: dict[str, list[float]] = {"plain": [], "holder": [], "turn": []}
             await _round(db, shape, "plain", "warm")
+            for spent in CPU.values():
+                spent.clear()
             for r in range(rounds):
-                order = ("plain", "holder", "turn") if r % 2 == 0 else ("turn", "holder", "plain")
+                modes = ("plain", "holder", "turn")
+                order = modes[r % 3:] + modes[:r % 3]  # each mode takes each position in turn
                 for mode in order:
                     per[mode].append(await _round(db, shape, mode, f"r{r}"))
             plain = statistics.median(per["plain"])
@@ -179,6 +191,11 @@ async def fence_cost(backend: Backend, rounds: int) -> list[str]:
             lines.append(
                 f"{backend.name:8} {shape:10} plain {plain * 1e3:7.3f} ms  holder {holder * 1e3:7.3f} ms "
                 f"({holder / plain:.3f}x)  turn {turn * 1e3:7.3f} ms ({turn / plain:.3f}x){verdict}"
+            )
+            cpu = {mode: statistics.median(spent) for mode, spent in CPU.items()}
+            lines.append(
+                f"{'':8} {'':10} cpu   {cpu['plain'] * 1e3:7.3f} ms  holder {cpu['holder'] * 1e3:7.3f} ms "
+                f"({cpu['holder'] / cpu['plain']:.3f}x)  turn {cpu['turn'] * 1e3:7.3f} ms ({cpu['turn'] / cpu['plain']:.3f}x)"
             )
     finally:
         await db.close()
