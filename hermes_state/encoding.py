@@ -37,6 +37,7 @@ __all__ = [
     "split_content",
     "join_content",
     "encode_tool_calls",
+    "stored_tool_call_count",
     "decode_tool_calls",
     "encode_display_metadata",
     "decode_display_metadata",
@@ -164,22 +165,42 @@ def join_content(payload: str | bytes | None, kind: ContentKind | None) -> Conte
     return payload
 
 
+def _tool_calls_value(value: Any) -> Any:
+    """A string parsed as JSON (unparsable means none), anything else as it is."""
+    if isinstance(value, str):
+        value = parse_json_text(value, "tool_calls")
+        if value is NOT_JSON:
+            return []
+    return value
+
+
+def _tool_call_count(value: Any) -> int:
+    return 0 if value is None else len(value) if isinstance(value, list) else 1
+
+
 def encode_tool_calls(value: Any) -> tuple[str | None, int]:
     """Return ``(column value, count)`` for a message's tool calls.
 
     A string is parsed as JSON first (unparsable means none). Falsy values
     store NULL. The count is the list length, 1 for any other value, 0 for None.
     """
-    if isinstance(value, str):
-        value = parse_json_text(value, "tool_calls")
-        if value is NOT_JSON:
-            value = []
-    if value is None:
-        return None, 0
-    count = len(value) if isinstance(value, list) else 1
+    value = _tool_calls_value(value)
+    count = _tool_call_count(value)
     if not value:
         return None, count
     return json_text(value, "tool_calls"), count
+
+
+def stored_tool_call_count(stored: str | None) -> int:
+    """How much a stored ``tool_calls`` value adds to ``sessions.tool_call_count`` (the count of :func:`encode_tool_calls`).
+
+    JSON nested deeper than the parser goes (which the store never writes
+    itself) counts as one call rather than failing: a restore keeps it.
+    """
+    try:
+        return _tool_call_count(_tool_calls_value(stored))
+    except ValueError:
+        return 1
 
 
 def decode_tool_calls(value: Any) -> Any:

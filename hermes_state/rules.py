@@ -25,7 +25,9 @@ from .lease_host import is_local, pid_is_gone, process_is_gone
 
 __all__ = [
     "import_result",
+    "CounterChange",
     "RestorePlan",
+    "restore_counter_changes",
     "restore_gap",
     "restore_plan",
     "restore_result",
@@ -261,6 +263,29 @@ def restore_title_clash(rows: Iterable[tuple[str, str]], holders: dict[str, str]
         if holder != session_id:
             return f"session {session_id!r}: title {title!r} is already used by session {holder!r}"
     return None
+
+
+class CounterChange(NamedTuple):
+    """One session counter a ``RestoreMessages`` writes: ``value`` added to the stored count (NULL as 0), or set."""
+
+    column: str
+    grow: bool
+    value: Any
+
+
+def restore_counter_changes(calls: Sequence[int], counters: Sequence[tuple[str, Any]], skipped: int) -> list[CounterChange]:
+    """What a ``RestoreMessages`` does to its session's counters once its rows after the first ``skipped`` are in.
+
+    The values it carries (the source's, the session being whole) are set;
+    without them the counters grow by the rows inserted and their tool calls
+    (``calls``, one per row), so they agree with the rows at every commit.
+    """
+    if counters:
+        return [CounterChange(name, False, value) for name, value in counters]
+    added = calls[skipped:]
+    if not added:
+        return []
+    return [CounterChange("message_count", True, len(added)), CounterChange("tool_call_count", True, sum(added))]
 
 
 def restore_gap(session_id: str, have: int, start: int) -> str | None:

@@ -21,6 +21,7 @@ from .limits import INT64_MAX, INT64_MIN
 
 __all__ = [
     "CARRIED_TABLES",
+    "COUNTER_COLUMNS",
     "KEYED_TABLES",
     "STORE_META_KEYS",
     "STORE_META_PREFIX",
@@ -45,6 +46,9 @@ KEYED_TABLES = tuple(TABLE_KEYS)
 STORE_TABLES = ("system_prompts", "state_meta", "gateway_routing", "async_delegations")
 # Copy order: what a row refers to comes first (prompts before sessions, sessions before their rows).
 CARRIED_TABLES = (*STORE_TABLES, "sessions", "messages", "session_model_usage")
+# The session columns that count its message rows: a restore of messages keeps them in step
+# with the rows it writes, then sets the source's values once the session is whole.
+COUNTER_COLUMNS = ("message_count", "tool_call_count")
 
 # state_meta keys the store writes for itself: the FTS state (every ``fts_*`` key), the
 # maintenance helpers' throttle stamps, SQLite's turn-lease fencing counter (each store

@@ -277,10 +277,13 @@ async def test_import_resumes_a_cut_session_and_leaves_a_conflicting_one_alone(b
     assert run_cli(tmp_path, "--db", str(built), "export", "-o", str(out)).returncode == 0
     target = tmp_path / "t.db"
     async with SessionDB(built, read_only=True) as source, SessionDB(target) as db:
-        # What an interrupted import leaves: deploy-1's row and its first 2 of 4 messages.
+        # What an interrupted import leaves: deploy-1's row (counters at zero) and its first 2 of 4 messages, counted.
         await db.restore_rows("system_prompts", await source.dump_rows("system_prompts"))
-        await db.restore_rows("sessions", await source.find_rows("sessions", ["deploy-1"]))
+        (deploy,) = await source.find_rows("sessions", ["deploy-1"])
+        await db.restore_rows("sessions", [{**deploy, "message_count": 0, "tool_call_count": 0}])
         await db.restore_messages("deploy-1", (await source.dump_messages("deploy-1"))[:2], start=0)
+        (cut,) = await db.find_rows("sessions", ["deploy-1"])
+        assert (cut["message_count"], cut["tool_call_count"]) == (2, 1)  # what it holds: a question and a tool call
         # And a session of the target's own that happens to share an id with the file.
         await db.create_session("chat-2", "mine")
         await db.append_message("chat-2", "user", "not from the file")
@@ -294,6 +297,9 @@ async def test_import_resumes_a_cut_session_and_leaves_a_conflicting_one_alone(b
     deploy = run_json(tmp_path, "--db", str(target), "sessions", "show", "deploy-1")["messages"]
     original = run_json(tmp_path, "--db", str(built), "sessions", "show", "deploy-1")["messages"]
     assert [m["content"] for m in deploy] == [m["content"] for m in original]  # completed, nothing twice
+    async with SessionDB(target, read_only=True) as db:
+        (done_row,) = await db.find_rows("sessions", ["deploy-1"])
+    assert (done_row["message_count"], done_row["tool_call_count"]) == (4, 1)  # the source's counters
     again = run_cli(tmp_path, "--db", str(target), "import", str(out), "--json")
     assert again.returncode == 4 and json.loads(again.stdout)["inserted"] == {}
 

@@ -140,8 +140,9 @@ async def test_a_partly_copied_large_session_is_completed(tmp_path: Path) -> Non
     await fill_store(source, 1, 450, prefix="big")
     destination = tmp_path / "dst.db"
     async with SessionDB(source, read_only=True) as src, SessionDB(destination) as dst:
-        # What an interrupted copy leaves: the session row and a prefix of its messages.
-        await dst.restore_rows("sessions", await src.dump_rows("sessions"))
+        # What an interrupted copy leaves: the session row (counters at zero) and a prefix of its messages.
+        await dst.restore_rows("sessions", [{**row, "message_count": 0, "tool_call_count": 0}
+                                            for row in await src.dump_rows("sessions")])
         await dst.restore_messages("big00000", await src.dump_messages("big00000", limit=130), start=0)
     report = run_json(tmp_path, "--db", str(source), "copy", "--to", str(destination), "--batch-messages", "100")
     assert report["skipped"] == 1 and report["inserted"] == {"messages": 320} and report["verified"] is True

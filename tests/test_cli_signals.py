@@ -7,8 +7,10 @@ moment is reached on every run whatever the machine's speed; one test per
 command also signals a plain ``python -m hermes_state`` from outside while
 it works. After the signal: the exit status is 128 + the signal number,
 stderr holds exactly the one line (no traceback), and the stores are whole:
-the destination passes the integrity check and a second copy completes it
-without duplicates; an export leaves no partial file.
+the destination passes the integrity check, every session's counters agree
+with the rows it holds (so ``doctor --repair`` has nothing to change), and a
+second copy completes it without duplicates, exact; an export leaves no
+partial file.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from typing import Any, Callable
 
 import pytest
 
+from hermes_state import SessionDB
+
 from .cli_support import REPO, cli_env, fill_store, run_cli, run_json
+from .full_store import fill_every_kind
+from .raw_sql import is_postgres, store_target
 
 LAUNCHER = REPO / "tests" / "interrupt_launcher.py"
 LINES = {signal.SIGINT: "hermes-state: interrupted", signal.SIGTERM: "hermes-state: terminated"}
@@ -87,18 +93,6 @@ def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-def assert_intact(path: Path) -> None:
-    """An interrupted copy's target: SQLite's integrity check passes and every committed batch is whole.
-
-    A session whose messages were still on their way already carries its
-    source's counters (they travel with the session row); the re-run below
-    completes it, and ``verify`` then finds the copy exact.
-    """
-    assert rows(path, "PRAGMA integrity_check") == [("ok",)]
-    assert rows(path, "SELECT m.session_id FROM messages AS m LEFT JOIN sessions AS s ON s.id = m.session_id "
-                      "WHERE s.id IS NULL") == []
-
-
 def assert_whole(path: Path) -> None:
     """The file passes SQLite's integrity check and every session's counter matches its rows."""
     assert rows(path, "PRAGMA integrity_check") == [("ok",)]
@@ -129,7 +123,7 @@ def test_copy_stops_cleanly_at_every_moment(source: Path, tmp_path: Path, moment
         assert "holds everything" in done.stdout
     assert_whole(source)
     if destination.exists():
-        assert_intact(destination)
+        assert_whole(destination)  # counters agree with the rows wherever the copy stopped
     resumed = run_json(tmp_path, *args)  # a second run completes what the first one left
     assert resumed["verified"] is True and resumed["sessions"] == SESSIONS
     assert rows(destination, "SELECT COUNT(*) FROM messages") == [(SESSIONS * PER_SESSION,)]
@@ -202,7 +196,7 @@ async def test_a_running_copy_signalled_from_outside(tmp_path: Path, signum: int
     assert done.returncode == 128 + signum
     copied = _sessions_in(destination)
     assert 5 <= copied < 400, "the copy was not interrupted part-way"
-    assert_intact(destination)
+    assert_whole(destination)
     resumed = run_json(tmp_path, *args)
     assert resumed["verified"] is True and resumed["already_there"]["sessions"] == copied
 
@@ -216,6 +210,44 @@ async def test_a_copy_to_postgres_stops_cleanly_and_resumes(source: Path, tmp_pa
     assert doctor["ok"] is True, doctor  # counters, orphans, indexes: consistent
     resumed = run_json(tmp_path, *args)
     assert resumed["verified"] is True and resumed["sessions"] == SESSIONS
+
+
+@pytest.mark.parametrize("feeder", ["copy", "import"])
+async def test_an_interrupted_transfer_survives_doctor_repair_and_resumes_exactly(
+    source: Path, tmp_path: Path, store: Any, feeder: str
+) -> None:
+    """Stopped inside a session, repaired by ``doctor --repair``, run again: ``verify`` finds the target exact.
+
+    The source has counters that differ from its rows (a compacted session)
+    and tool calls; the copy (or the import of its export) stops when the
+    20th session's messages are queued, three batches of 50 in, the last
+    one ending inside a session.
+    """
+    async with SessionDB(source) as db:
+        await fill_every_kind(db)
+        counts = {row["id"]: await db.message_count(row["id"]) for row in await db.dump_rows("sessions", limit=1000)}
+    target = store_target(store)
+    if is_postgres(store):
+        target = "postgresql://" + target.split("://", 1)[1]
+    if feeder == "copy":
+        args: tuple[str, ...] = ("--db", str(source), "copy", "--to", target)
+    else:
+        export = tmp_path / "all.jsonl"
+        assert run_cli(tmp_path, "--db", str(source), "export", "-o", str(export)).returncode == 0
+        args = ("--db", target, "import", str(export))
+    args += ("--batch-messages", "50")
+    done = await asyncio.to_thread(interrupted, tmp_path, "call:RowWriter.finish_session:20", signal.SIGTERM, *args)
+    assert_one_line(done, signal.SIGTERM)
+    held = {session_id: await store.message_count(session_id) for session_id in counts}
+    assert len([s for s in counts if 0 < held[s] < counts[s]]) == 1  # stopped inside a session
+    doctor = run_json(tmp_path, "--db", target, "doctor", "--repair")
+    assert doctor["ok"] is True and doctor["repair"]["steps"] == [], doctor
+    assert (await store.repair_store())["steps"] == []  # the store's own recount (SQLite's too) finds nothing to fix
+    resumed = run_json(tmp_path, *args)
+    assert resumed["conflicts"] == [] and resumed["skipped"] + resumed["imported"] == len(counts)
+    assert resumed["inserted"]["messages"] == sum(counts.values()) - sum(held.values())  # nothing twice
+    assert run_cli(tmp_path, "verify", str(source), target).returncode == 0  # every row and column, counters too
+    assert run_json(tmp_path, "--db", target, "doctor")["ok"] is True
 
 
 def test_a_signal_during_a_read_command(source: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ command (tests/test_cli_copy.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,39 @@ async def twin(store: Any, tmp_path: Path) -> AsyncIterator[Any]:
         yield db
 
 
-async def restore_everything(source: Any, target: Any, page: int = 5) -> None:
-    """Every keyed table page by page, each session's messages in pages (sessions before their rows)."""
+ZERO = {"message_count": 0, "tool_call_count": 0}
+
+# Sessions whose message_count cannot be right: doctor's rule (above the rows held, or different
+# from them while every row is active and uncompacted).
+DRIFTED = """
+SELECT s.id FROM sessions AS s
+WHERE COALESCE(s.message_count, 0) > (SELECT COUNT(*) FROM messages AS m WHERE m.session_id = s.id)
+   OR (COALESCE(s.message_count, 0) <> (SELECT COUNT(*) FROM messages AS m WHERE m.session_id = s.id)
+       AND NOT EXISTS (SELECT 1 FROM messages AS m WHERE m.session_id = s.id
+                       AND (COALESCE(m.active, 0) <> 1 OR COALESCE(m.compacted, 0) <> 0)))
+ORDER BY s.id
+"""
+
+
+async def counters(db: Any, session_id: str) -> tuple[Any, Any]:
+    (row,) = await db.find_rows("sessions", [session_id])
+    return row["message_count"], row["tool_call_count"]
+
+
+async def restore_everything(
+    source: Any, target: Any, page: int = 5, after_each: Callable[[str, int], Awaitable[None]] | None = None
+) -> None:
+    """Every keyed table page by page (sessions with zero counters), each session's messages in pages, then its counters.
+
+    ``after_each(session id, rows restored)`` runs after every call that writes messages.
+    """
     for table in KEYED_TABLES:
         after = None
         while True:
             rows = await source.dump_rows(table, after=after, limit=page)
             if not rows:
                 break
-            await target.restore_rows(table, rows)
+            await target.restore_rows(table, [{**row, **ZERO} for row in rows] if table == "sessions" else rows)
             after = tuple(rows[-1][name] for name in TABLE_KEYS[table])
     for session in await source.dump_rows("sessions", limit=1000):
         after_id, position = None, 0
@@ -50,6 +74,9 @@ async def restore_everything(source: Any, target: Any, page: int = 5) -> None:
             await target.restore_messages(session["id"], rows, start=position)
             position += len(rows)
             after_id = rows[-1]["id"]
+            if after_each is not None:
+                await after_each(session["id"], position)
+        await target.restore_messages(session["id"], [], start=position, counters=session)
 
 
 async def test_every_kind_of_row_survives_a_row_by_row_restore(store: Any, twin: Any) -> None:
@@ -73,6 +100,45 @@ async def test_every_kind_of_row_survives_a_row_by_row_restore(store: Any, twin:
     assert sessions["empty"]["hidden"] == 1 and sessions["lineage-tip"]["conversation_id"] == "lineage-root"
 
 
+async def test_counters_agree_with_the_rows_at_every_step_and_end_as_the_source_s(store: Any, twin: Any) -> None:
+    await fill_every_kind(store)
+    # Tool calls as the store counts them: a list counts its items, an object one, unparsable text none.
+    await store.create_session("calls", "cli")
+    for calls in ([{"id": "a"}, {"id": "b"}, {"id": "c"}], {"id": "d"}, "not json", None, "[1, 2]"):
+        await store.append_message("calls", "assistant", "x", tool_calls=calls)
+    # A transcript replaced with the old rows kept (inactive): counted from the new rows only.
+    await store.create_session("replaced", "cli")
+    await store.append_messages_batch("replaced", [{"role": "user", "content": f"draft {i}"} for i in range(4)])
+    await store.replace_messages("replaced", [{"role": "user", "content": "final"}], archive_dropped=True)
+    sources = {row["id"]: row for row in await store.dump_rows("sessions", limit=1000)}
+    held = {sid: await store.message_count(sid) for sid in sources}
+    assert sources["calls"]["tool_call_count"] == 6
+    for session_id in ("compacted", "replaced"):  # counters that differ from the rows
+        assert sources[session_id]["message_count"] < held[session_id], session_id
+    assert await fetch_rows(store, DRIFTED) == []
+
+    async def check(session_id: str, restored: int) -> None:
+        assert await fetch_rows(twin, DRIFTED) == []  # doctor's rule holds after every call
+        message_count, tool_calls = await counters(twin, session_id)
+        assert message_count == restored == await twin.message_count(session_id)
+        if restored == held[session_id] and sources[session_id]["message_count"] == restored:
+            assert tool_calls == sources[session_id]["tool_call_count"], session_id  # counted as the store counts
+        if is_postgres(twin):
+            assert await twin.integrity_problems() == []
+
+    await restore_everything(store, twin, page=3, after_each=check)
+    for session_id, row in sources.items():
+        assert await counters(twin, session_id) == (row["message_count"], row["tool_call_count"]), session_id
+    assert await fetch_rows(twin, DRIFTED) == []
+    # Repeating the last call changes nothing; counters alone can be set (and only what they name).
+    assert await twin.restore_messages("calls", [], start=5, counters=sources["calls"]) == 0
+    assert await counters(twin, "calls") == (5, 6)
+    assert await twin.restore_messages("calls", [], counters={"tool_call_count": None, "title": "ignored"}) == 0
+    assert await counters(twin, "calls") == (5, None)
+    with pytest.raises(SessionNotFoundError):
+        await twin.restore_messages("ghost", [], counters=ZERO)
+
+
 async def test_a_repeated_restore_adds_nothing_and_changes_nothing(store: Any) -> None:
     await store.create_session("s", "cli")
     await store.append_messages_batch("s", [{"role": "user", "content": f"m{i}"} for i in range(5)])
@@ -88,7 +154,9 @@ async def test_a_repeated_restore_adds_nothing_and_changes_nothing(store: Any) -
     messages = await store.dump_messages("s")
     assert await store.restore_messages("s", messages, start=0) == 0
     assert await store.restore_messages("s", messages[3:], start=3) == 0
+    assert await counters(store, "s") == (5, 0)  # nothing added, nothing counted
     assert await store.restore_messages("s", [{**messages[4], "content": "m5"}], start=5) == 1  # past the end: added
+    assert await counters(store, "s") == (6, 0)
     with pytest.raises(ValueError, match="would leave a gap"):
         await store.restore_messages("s", messages[:1], start=9)
     assert [m["content"] for m in await store.get_messages("s")] == ["m0", "m1", "m2", "m3", "m4", "m5"]
@@ -133,6 +201,12 @@ async def test_links_titles_and_missing_sessions(store: Any) -> None:
         (lambda db: db.restore_messages("s", [{"role": "user"}], start=-1), ValueError, "start must be 0 or more"),
         (lambda db: db.restore_messages("s", [{"session_id": "t", "role": "user"}], start=0), ValueError, "not 's'"),
         (lambda db: db.restore_messages("s", [{"role": "user", "content": 5}], start=0), TypeError, "str or bytes"),
+        (lambda db: db.restore_messages("s", [], counters=5), TypeError, "counters must be a mapping"),
+        (lambda db: db.restore_messages("s", [], counters={}), ValueError, "message_count and/or tool_call_count"),
+        (lambda db: db.restore_messages("s", [], counters={"message_count": 1.5}), TypeError,
+         r"counters\['message_count'\] must be an int"),
+        (lambda db: db.restore_messages("s", [], counters={"tool_call_count": True}), TypeError, "tool_call_count"),
+        (lambda db: db.restore_messages("s", [], counters={"message_count": 2**63}), ValueError, "64-bit"),
     ],
 )
 async def test_bad_arguments_are_refused_before_anything_is_queued(store: Any, call: Any, error: type, match: str) -> None:

@@ -3,13 +3,15 @@
 Every table that holds user data goes over row by row through the row API
 (:mod:`hermes_state.cli.rows`): the store-wide tables, the sessions
 (parents first), each session's messages (archived, compacted and rewound
-ones included, in order), the usage ledger. Batches stay inside the
-``--batch-*`` budget; a second run after an interruption skips what arrived
-and completes partly copied sessions. Rows the destination already holds
-with other values are left alone and reported. Then the whole of both
-stores is compared table by table (:mod:`hermes_state.cli.verify`); rows
-only in the destination (it held other sessions before) are counted, not a
-difference. Any difference exits 4.
+ones included, in order) and then its counters, the usage ledger. Batches
+stay inside the ``--batch-*`` budget. Wherever a copy stops, the
+destination's counters agree with its rows (``doctor`` finds nothing to
+repair), and a second run skips what arrived and completes partly copied
+sessions. Rows the destination already holds with other values are left
+alone and reported. Then the whole of both stores is compared table by
+table (:mod:`hermes_state.cli.verify`); rows only in the destination (it
+held other sessions before) are counted, not a difference. Any difference
+exits 4.
 """
 
 from __future__ import annotations
@@ -59,13 +61,18 @@ async def copy_rows(source: Any, writer: RowWriter) -> int:
             chunk = ids[start : start + batch]
             rows = {key_of("sessions", row)[0]: row for row in await source.find_rows("sessions", chunk)}
             await writer.add_rows("sessions", [rows[i] for i in chunk if i in rows])  # gone meanwhile: skipped
-        for session_id in ids:
-            if await writer.wants_messages(session_id, await source.message_count(session_id)):
-                position = 0
-                async for page in iter_messages(source, session_id, page=writer.budget.messages):
-                    await writer.add_messages(session_id, page, position)
-                    position += len(page)
-            bar.update()
+        for start in range(0, len(ids), batch):
+            chunk = ids[start : start + batch]
+            rows = {row["id"]: row for row in await source.find_rows("sessions", chunk)}  # for their counters
+            for session_id in chunk:
+                if await writer.wants_messages(session_id, await source.message_count(session_id)):
+                    position = 0
+                    async for page in iter_messages(source, session_id, page=writer.budget.messages):
+                        await writer.add_messages(session_id, page, position)
+                        position += len(page)
+                if session_id in rows:
+                    await writer.finish_session(session_id, rows[session_id])
+                bar.update()
         async for page in iter_pages(source, "session_model_usage"):
             await writer.add_rows("session_model_usage", page)
         await writer.flush()

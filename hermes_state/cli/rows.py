@@ -12,17 +12,25 @@ is the same row (an earlier, interrupted run wrote it) a session's messages
 continue after those already there. A row the target holds with other
 values is a *conflict*: it is left as it is, reported, and its session's
 messages are not touched.
+
+Counters: a session row goes in with ``message_count`` and
+``tool_call_count`` at zero, each restore of its messages adds what it
+inserts, and once the feeder says the session's messages are all there
+(:meth:`RowWriter.finish_session`) one more write sets the source's values.
+So at every commit each counter agrees with the rows its session holds
+(what ``doctor`` checks), a finished session's counters are the source's,
+and a resumed session row is compared without them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from ..tables import TABLE_KEYS
+from ..tables import COUNTER_COLUMNS, TABLE_KEYS
 from .transport import Budget, parents_first
 
 __all__ = [
@@ -123,6 +131,16 @@ class RowReport:
                 "conflict_count": self.conflict_count, "detached": self.detached}
 
 
+@dataclass
+class _Restore:
+    """One queued ``restore_messages`` call: a session's rows from ``start`` on, and its final counters if it ends here."""
+
+    session_id: str
+    start: int
+    rows: list[dict[str, Any]]
+    counters: dict[str, Any] | None = None
+
+
 class RowWriter:
     """Writes rows into ``db`` in bounded ``restore_rows`` / ``restore_messages`` calls; see the module doc."""
 
@@ -136,7 +154,9 @@ class RowWriter:
         self._blocked: set[str] = set()  # sessions in conflict: their messages are not written
         self._resumed: set[str] = set()  # sessions an earlier run wrote: messages continue after what is there
         self._skip: dict[str, int] = {}  # session -> messages it already holds (resumed sessions, once asked)
-        self._pending: list[tuple[str, int, list[dict[str, Any]]]] = []  # (session, start, rows) to restore
+        self._held_counters: dict[str, dict[str, Any]] = {}  # resumed session -> the counters the target holds
+        self._last_queued: str | None = None  # the session whose messages were queued last
+        self._pending: list[_Restore] = []  # restore_messages calls of the next flush
         self._pending_rows = 0
         self._pending_bytes = 0
 
@@ -150,6 +170,8 @@ class RowWriter:
         """
         if table == "session_model_usage" and row.get("session_id") in self._blocked:
             return
+        if table == "sessions":  # counted as its messages arrive; finish_session sets the source's values
+            row = {**row, **{name: 0 for name in COUNTER_COLUMNS if name in row}}
         if table != self._table:
             await self.flush()
             self._table = table
@@ -199,16 +221,18 @@ class RowWriter:
         sent = {key_of(table, row): row for row in rows}
         held = {key_of(table, row): row for row in await self.db.find_rows(table, skipped)}
         for key in dict.fromkeys(skipped):
-            row = sent[key]
-            columns = differing_columns(row, held.get(key, {}), list(row))
+            row, there = sent[key], held.get(key, {})
+            compared = [name for name in row if table != "sessions" or name not in COUNTER_COLUMNS]
+            columns = differing_columns(row, there, compared)
             if columns:
                 self.report.conflict(table, key, f"the target holds this row with other values ({', '.join(columns)})")
                 if table == "sessions":
                     self._blocked.add(key[0])
             else:
                 self.report.count(self.report.skipped, table, 1)
-                if table == "sessions":
+                if table == "sessions":  # an earlier run's: its counters are where that run stopped
                     self._resumed.add(key[0])
+                    self._held_counters[key[0]] = {name: there.get(name) for name in COUNTER_COLUMNS if name in row}
 
     # -------------------------------------------------------------- messages
 
@@ -241,19 +265,49 @@ class RowWriter:
             if start + len(rows) <= have:
                 return  # an earlier run wrote these
             rows, start = rows[max(0, have - start):], max(start, have)
+        self._last_queued = session_id
         while rows:
             room = max(1, self.budget.messages - self._pending_rows)
             chunk, rows = rows[:room], rows[room:]
             last = self._pending[-1] if self._pending else None
-            if last is not None and last[0] == session_id and last[1] + len(last[2]) == start:
-                last[2].extend(chunk)
+            if last is not None and last.session_id == session_id and last.start + len(last.rows) == start:
+                last.rows.extend(chunk)
             else:
-                self._pending.append((session_id, start, list(chunk)))
+                self._pending.append(_Restore(session_id, start, list(chunk)))
             start += len(chunk)
             self._pending_rows += len(chunk)
             self._pending_bytes += sum(_size(row) for row in chunk)
-            if self._pending_rows >= self.budget.messages or self._pending_bytes >= self.budget.bytes:
-                await self._flush_messages()
+            await self._flush_when_full()
+
+    async def finish_session(self, session_id: str, counters: Mapping[str, Any]) -> None:
+        """The session's messages are all queued: its counters become ``counters`` (the source's values).
+
+        The write rides on the session's last queued restore (one
+        transaction with its last rows); it is left out for a session in
+        conflict, and for one an earlier run finished (nothing of it queued
+        now, its counters already the source's).
+        """
+        wanted = {name: counters[name] for name in COUNTER_COLUMNS if name in counters}
+        held = self._held_counters.pop(session_id, None)
+        if not wanted or session_id in self._blocked:
+            return
+        last = self._pending[-1] if self._pending else None
+        if last is not None and last.session_id == session_id:
+            last.counters = wanted
+            return
+        if session_id != self._last_queued:  # none of its rows went in now: inserted with zeros, or resumed
+            there = held if held is not None else {name: 0 for name in wanted}
+            if not differing_columns(wanted, there, list(wanted)):
+                return
+        if any(call.session_id == session_id for call in self._pending):
+            await self._flush_messages()  # its rows first: calls of one flush run side by side
+        self._pending.append(_Restore(session_id, 0, [], wanted))
+        self._pending_rows += 1
+        await self._flush_when_full()
+
+    async def _flush_when_full(self) -> None:
+        if self._pending_rows >= self.budget.messages or self._pending_bytes >= self.budget.bytes:
+            await self._flush_messages()
 
     async def _flush_messages(self) -> None:
         pending = self._pending
@@ -263,7 +317,10 @@ class RowWriter:
         # Queued together, the calls share one transaction (the store's writer batches them).
         import asyncio  # here: the command's start-up stays light
 
-        counts = await asyncio.gather(*(self.db.restore_messages(sid, rows, start=start) for sid, start, rows in pending))
+        counts = await asyncio.gather(*(
+            self.db.restore_messages(call.session_id, call.rows, start=call.start, counters=call.counters)
+            for call in pending
+        ))
         self.report.count(self.report.inserted, "messages", sum(counts))
 
     async def flush(self) -> None:

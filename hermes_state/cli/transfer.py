@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, NamedTuple
 
 from ..private_files import replaced_atomically
-from ..tables import CARRIED_TABLES, STORE_TABLES
+from ..tables import CARRIED_TABLES, COUNTER_COLUMNS, STORE_TABLES
 from .argtypes import non_negative
 from .errors import FAILURE, MISMATCH, NOT_FOUND, OK, USAGE, CliError
 from .export_format import decode_row, encode_row, end_line, header_line, read_header
@@ -27,6 +27,9 @@ from .target import open_store
 from .transport import Budget, SessionWriter, parents_first
 
 __all__ = ["add_parsers"]
+
+# The tables whose rows follow every message in a file.
+_AFTER_MESSAGES = CARRIED_TABLES[CARRIED_TABLES.index("messages") + 1 :]
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -291,10 +294,17 @@ def _scan_rows(handle: IO[bytes]) -> list[str]:
 
 
 async def _import_rows(handle: IO[bytes], writer: RowWriter) -> None:
-    """Second pass: every row into the store, a session's messages in runs (their positions counted here)."""
+    """Second pass: every row into the store, a session's messages in runs (their positions counted here).
+
+    A session's counters are set to the file's values when its messages end
+    (the next session's begin, or the messages are over); sessions with no
+    message line get theirs once the messages are over.
+    """
     positions: dict[str, int] = {}
+    counters: dict[str, dict[str, Any]] = {}  # session -> its counters in the file
     run: list[dict[str, Any]] = []
     run_session: str | None = None
+    messages_over = False
 
     async def flush_run() -> None:
         nonlocal run
@@ -303,6 +313,19 @@ async def _import_rows(handle: IO[bytes], writer: RowWriter) -> None:
             positions[run_session] = start + len(run)
             await writer.add_messages(run_session, run, start)
         run = []
+
+    async def end_run() -> None:
+        await flush_run()
+        if run_session is not None and run_session in counters:
+            await writer.finish_session(run_session, counters[run_session])
+
+    async def end_messages() -> None:
+        nonlocal messages_over
+        await end_run()
+        for session_id, values in counters.items():
+            if session_id not in positions:
+                await writer.finish_session(session_id, values)
+        messages_over = True
 
     bar = progress(None, "import", unit="row")
     number = 1
@@ -315,15 +338,23 @@ async def _import_rows(handle: IO[bytes], writer: RowWriter) -> None:
                 break
             table, row = decoded
             if table == "messages":
-                if row["session_id"] != run_session or len(run) >= PAGE:
-                    await flush_run()
+                if row["session_id"] != run_session:
+                    await end_run()
                     run_session = row["session_id"]
+                elif len(run) >= PAGE:
+                    await flush_run()
                 run.append(row)
             else:
-                await flush_run()
+                if table in _AFTER_MESSAGES and not messages_over:
+                    await end_messages()
+                else:
+                    await flush_run()
                 await writer.add_row(table, row)
+                if table == "sessions" and isinstance(row.get("id"), str):
+                    counters[row["id"]] = {name: row[name] for name in COUNTER_COLUMNS if name in row}
             bar.update()
-        await flush_run()
+        if not messages_over:
+            await end_messages()
         await writer.flush()
     except (TypeError, ValueError) as exc:  # a value the store cannot keep unchanged: say where the batch ended
         raise CliError(f"import stopped at a batch ending by line {number} (what came before is in): {exc}") from None

@@ -1,4 +1,4 @@
-"""Commands that write stored rows as they are (a lossless copy): no encoding, no counters, no guards."""
+"""Commands that write stored rows as they are (a lossless copy): no encoding, no guards."""
 
 from __future__ import annotations
 
@@ -27,11 +27,17 @@ class RestoreMessages(Command, frozen=True):
 
     Positions the session already holds are skipped, so a repeated call
     adds nothing twice; a ``start`` past the session's end is refused
-    (``ValueError``). Counters are left alone (they travel with the session
-    row). Resolves to the number of rows inserted.
+    (``ValueError``). The session's counters grow by the rows inserted and
+    their ``calls`` (each row's tool calls, as the store counts them), so
+    they agree with the rows at every commit; ``counters`` (column, value)
+    pairs, when given, are set instead once the rows are in: the source's
+    values for a session whose messages are now complete. Resolves to the
+    number of rows inserted.
     """
 
     session_id: str
     start: int
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
+    calls: tuple[int, ...]  # one per row
+    counters: tuple[tuple[str, Any], ...] = ()

@@ -15,7 +15,11 @@ are the target's own, their order is the source's.
 Reads page by primary key (each store in its own key order), so memory
 stays bounded by a page. Writes never change a row that exists: a key that
 is present is skipped (and reported), so repeating a restore after an
-interruption adds nothing twice.
+interruption adds nothing twice. The one exception is a session's counters,
+which ``restore_messages`` keeps in step with the rows it adds and sets to
+the source's values once the session is whole: a copy restores session rows
+with zero counters, and whenever it stops, every counter agrees with the
+rows its session holds.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..commands.rows import RestoreMessages, RestoreRows
+from ..encoding import stored_tool_call_count
 from ..facade import StoreBase, require_id
 from ..limits import int64_arg
-from ..tables import KEYED_TABLES, TABLE_KEYS, is_store_meta, stored_value
+from ..tables import COUNTER_COLUMNS, INTEGER, KEYED_TABLES, TABLE_KEYS, is_store_meta, stored_value
 
 __all__ = ["RESTORE_MAX_ROWS", "RowMethods"]
 
@@ -72,6 +77,17 @@ def _rows_arg(rows: Any) -> list[Mapping[str, Any]]:
         if not isinstance(row, Mapping):
             raise TypeError(f"rows[{index}] must be a dict, not {type(row).__name__}")
     return list(rows)
+
+
+def _counters_arg(counters: Any) -> tuple[tuple[str, int | None], ...]:
+    """The session counters ``counters`` names, as (column, value) pairs; each an int or None."""
+    if not isinstance(counters, Mapping):
+        raise TypeError(f"counters must be a mapping (a session row will do), not {type(counters).__name__}")
+    pairs = tuple((name, stored_value(INTEGER, counters[name], f"counters[{name!r}]")) for name in COUNTER_COLUMNS
+                  if name in counters)
+    if not pairs:
+        raise ValueError(f"counters must hold {' and/or '.join(COUNTER_COLUMNS)}")
+    return pairs
 
 
 def _row_size(values: Sequence[Any]) -> int:
@@ -209,7 +225,14 @@ class RowMethods(StoreBase):
         result = await self._write(command, size=sum(_row_size(v) for v in values))
         return {**result, "skipped": [tuple(k) for k in result["skipped"]]}
 
-    async def restore_messages(self, session_id: str, rows: Sequence[Mapping[str, Any]], *, start: int = 0) -> int:
+    async def restore_messages(
+        self,
+        session_id: str,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        start: int = 0,
+        counters: Mapping[str, Any] | None = None,
+    ) -> int:
         """Store ``rows`` (``dump_messages`` dicts) as the session's messages from position ``start`` (0-based, default 0) on.
 
         Rows go in after the session's existing messages, in the given
@@ -218,11 +241,20 @@ class RowMethods(StoreBase):
         ``session_id``, when present, must be ``session_id``. Positions the
         session already holds are skipped, so a call repeated after an
         interruption adds nothing twice; a ``start`` beyond the messages the
-        session holds raises ``ValueError`` (a gap). No guard, counter or
-        compression lease is involved: the counters come with the session row
-        (:meth:`restore_rows`). An unknown session raises
-        :class:`~hermes_state.SessionNotFoundError`. Returns how many rows were
-        inserted.
+        session holds raises ``ValueError`` (a gap). No guard or compression
+        lease is involved. The session's ``message_count`` and
+        ``tool_call_count`` grow by the rows inserted and their tool calls
+        (counted as an append counts them), in the same transaction, so they
+        agree with the rows after every call. ``counters``, a mapping with
+        ``message_count`` and/or ``tool_call_count`` (the source's session row
+        from :meth:`dump_rows` will do; other keys are ignored), sets those
+        values instead: pass it with the call that completes the session (or
+        afterwards, with no rows), so the copy's counters are the source's
+        even where they differ from its rows (rewinds, compaction). A session
+        row restored with zero counters therefore ends exact and is
+        consistent at every step. An unknown session raises
+        :class:`~hermes_state.SessionNotFoundError`. Returns how many rows
+        were inserted.
         """
         session_id = require_id(session_id)
         first = int64_arg(start, "start")
@@ -233,8 +265,11 @@ class RowMethods(StoreBase):
             owner = row.get("session_id", session_id)
             if owner != session_id:
                 raise ValueError(f"rows[{index}].session_id is {owner!r}, not {session_id!r}")
-        if not rows:
+        final = () if counters is None else _counters_arg(counters)
+        if not rows and not final:
             return 0
-        columns, values = await self._prepared_rows("messages", rows, frozenset({"id", "session_id"}))
-        command = RestoreMessages(session_id=session_id, start=first, columns=columns, rows=values)
+        columns, values = await self._prepared_rows("messages", rows, frozenset({"id", "session_id"})) if rows else ((), ())
+        at = columns.index("tool_calls") if "tool_calls" in columns else None
+        calls = tuple(0 if at is None else stored_tool_call_count(row[at]) for row in values)
+        command = RestoreMessages(session_id=session_id, start=first, columns=columns, rows=values, calls=calls, counters=final)
         return int(await self._write(command, size=sum(_row_size(v) for v in values)))

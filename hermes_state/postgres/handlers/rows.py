@@ -5,7 +5,8 @@ NOTHING RETURNING`` per call, each array cast to its column's type as the
 catalog reports it (a column the store gained later travels too). Message
 content goes to ``content``/``content_kind``/``content_bytes`` the way every
 other insert stores it (:mod:`hermes_state.postgres.content`); message rows
-keep their order through ``WITH ORDINALITY``.
+keep their order through ``WITH ORDINALITY`` and move their session's
+counters in the same transaction (``rules.restore_counter_changes``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...commands.rows import RestoreMessages, RestoreRows
-from ...rules import restore_gap, restore_plan, restore_result, restore_title_clash
+from ...errors import SessionNotFoundError
+from ...rules import restore_counter_changes, restore_gap, restore_plan, restore_result, restore_title_clash
 from ...tables import TABLE_KEYS
 from ..content import to_columns
 from ..queries.rows import column_types
-from .common import require_session
 from .registry import handles
 
 
@@ -73,16 +74,7 @@ async def restore_rows(conn: Any, cmd: RestoreRows) -> dict[str, Any]:
     return restore_result(key, cmd.columns, cmd.rows, inserted, detached)
 
 
-@handles(RestoreMessages)
-async def restore_messages(conn: Any, cmd: RestoreMessages) -> int:
-    await require_session(conn, cmd.session_id)
-    have = int(await conn.fetchval("SELECT COUNT(*) FROM messages WHERE session_id = $1", cmd.session_id))
-    gap = restore_gap(cmd.session_id, have, cmd.start)
-    if gap is not None:
-        raise ValueError(gap)
-    rows = cmd.rows[have - cmd.start :]
-    if not rows:
-        return 0
+async def _insert_messages(conn: Any, cmd: RestoreMessages, rows: Sequence[tuple[Any, ...]]) -> None:
     types = await column_types(conn, "messages")
     columns = ["session_id", *cmd.columns]
     kinds = ["text", *(types[name] for name in cmd.columns)]
@@ -95,4 +87,31 @@ async def restore_messages(conn: Any, cmd: RestoreMessages) -> int:
     else:
         values = [(cmd.session_id, *row) for row in rows]
     await _insert(conn, "messages", columns, kinds, values)
+
+
+async def _count(conn: Any, cmd: RestoreMessages, skipped: int) -> None:
+    """The session's counters after the restore (``rules.restore_counter_changes``)."""
+    changes = restore_counter_changes(cmd.calls, cmd.counters, skipped)
+    if changes:
+        assignments = ", ".join(
+            f'"{c.column}" = COALESCE("{c.column}", 0) + ${i}' if c.grow else f'"{c.column}" = ${i}'
+            for i, c in enumerate(changes, 2)
+        )
+        await conn.execute(f"UPDATE sessions SET {assignments} WHERE id = $1", cmd.session_id, *(c.value for c in changes))
+
+
+@handles(RestoreMessages)
+async def restore_messages(conn: Any, cmd: RestoreMessages) -> int:
+    # The session row locked first, as appends and the recount lock it: the count, the rows and the
+    # counters stay in step whatever another process writes meanwhile.
+    if await conn.fetchval("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", cmd.session_id) is None:
+        raise SessionNotFoundError(cmd.session_id)
+    have = int(await conn.fetchval("SELECT COUNT(*) FROM messages WHERE session_id = $1", cmd.session_id))
+    gap = restore_gap(cmd.session_id, have, cmd.start)
+    if gap is not None:
+        raise ValueError(gap)
+    rows = cmd.rows[have - cmd.start :]
+    if rows:
+        await _insert_messages(conn, cmd, rows)
+    await _count(conn, cmd, have - cmd.start)
     return len(rows)

@@ -3,7 +3,8 @@
 Multi-row ``INSERT ... ON CONFLICT (primary key) DO NOTHING RETURNING`` per
 chunk: a key that exists is skipped and only a new row comes back, while
 every other constraint (NOT NULL, the unique title, foreign keys) still
-raises. Message rows fire the FTS triggers like any insert.
+raises. Message rows fire the FTS triggers like any insert, and move their
+session's counters in the same transaction (``rules.restore_counter_changes``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...commands.rows import RestoreMessages, RestoreRows
-from ...rules import restore_gap, restore_plan, restore_result, restore_title_clash
+from ...rules import restore_counter_changes, restore_gap, restore_plan, restore_result, restore_title_clash
 from ...tables import TABLE_KEYS
 from . import message_rows
 from .common import require_session
@@ -69,6 +70,16 @@ def restore_rows(conn: Any, cmd: RestoreRows) -> dict[str, Any]:
     return restore_result(key, cmd.columns, cmd.rows, inserted, detached)
 
 
+def _count(conn: Any, cmd: RestoreMessages, skipped: int) -> None:
+    """The session's counters after the restore (``rules.restore_counter_changes``)."""
+    changes = restore_counter_changes(cmd.calls, cmd.counters, skipped)
+    if changes:
+        assignments = ", ".join(
+            f'"{c.column}" = COALESCE("{c.column}", 0) + ?' if c.grow else f'"{c.column}" = ?' for c in changes
+        )
+        conn.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*(c.value for c in changes), cmd.session_id))
+
+
 @handles(RestoreMessages)
 def restore_messages(conn: Any, cmd: RestoreMessages) -> int:
     require_session(conn, cmd.session_id)
@@ -79,4 +90,5 @@ def restore_messages(conn: Any, cmd: RestoreMessages) -> int:
     rows = [(cmd.session_id, *row) for row in cmd.rows[have - cmd.start :]]
     if rows:
         _insert(conn, "messages", ("session_id", *cmd.columns), rows)
+    _count(conn, cmd, have - cmd.start)
     return len(rows)
