@@ -44,7 +44,7 @@ COPY_MOMENTS = {
     "start-up: loading the command modules": "import:hermes_state.cli.copy",
     "argument parsing": "call:ArgumentParser.parse_known_args",
     "opening the stores": "import:hermes_state.store",
-    "between two batches": "call:RowWriter._flush_messages:2",
+    "between two sessions": "call:RowWriter.finish_session:8",
     "while a batch is written": "call:WriterActor.submit:3",
     "verification": "call:compare_stores",
     "after the report": "return:_main",
