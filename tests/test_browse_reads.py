@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,25 @@ def _sidecars(path: Path) -> list[str]:
     return sorted(p.name for p in path.parent.iterdir() if p.name != path.name)
 
 
+def _wal_file(path: Path) -> None:
+    """Make ``path`` a WAL database before any store opens it.
+
+    A store keeps a file that is already WAL even on a SQLite with the WAL-reset
+    bug (where it would pick a rollback journal for a new file), so these tests
+    check the read-only store's WAL behaviour on every driver.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode=wal").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+    for name in _sidecars(path):
+        (path.parent / name).unlink()
+
+
 async def _idle_wal_file(path: Path) -> None:
+    _wal_file(path)
     async with SessionDB(path) as db:
         await db.create_session("s", "cli")
         await db.append_message("s", "user", json.dumps({"x": 1}))
@@ -225,6 +244,7 @@ async def test_read_only_store_is_live_and_tidy_while_another_store_writes(store
 
 @pytest.mark.backends("sqlite")
 async def test_read_only_store_leaves_files_another_connection_still_uses(store: SessionDB, db_path: Path) -> None:
+    _wal_file(db_path)  # the fixture's store has not opened the file yet
     await store.create_session("s", "cli")
     await store.append_message("s", "user", "hello")
     async with SessionDB(db_path, read_only=True) as reader:
