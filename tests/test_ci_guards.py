@@ -27,9 +27,11 @@ def test_runs():
 def _run(tmp_path: Path, forbid: bool) -> subprocess.CompletedProcess[str]:
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_sample.py").write_text(SAMPLE)
-    env = dict(os.environ, HERMES_FORBID_SKIPS="1" if forbid else "0")
+    # Only the plugins the suite's conftest needs: loading every installed one (LangSmith's,
+    # Hypothesis's, ...) would cost this subprocess most of its time.
+    env = dict(os.environ, HERMES_FORBID_SKIPS="1" if forbid else "0", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "pytest_asyncio", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
 

@@ -56,10 +56,11 @@ CLOCK_KEYS = frozenset({"started_at", "ended_at", "last_activity_at", "first_see
                         "last_read_at"})
 
 MACHINE_SETTINGS = settings(
-    max_examples=10,
-    stateful_step_count=12,
+    # Each example builds a PostgreSQL schema and a SQLite file; fewer, longer examples cover as many steps.
+    max_examples=6,
+    stateful_step_count=20,
     deadline=None,
-    # No shrinking: a 12-step failure reads well as it is, and shrinking one costs minutes of CI.
+    # No shrinking: a 20-step failure reads well as it is, and shrinking one costs minutes of CI.
     phases=(Phase.explicit, Phase.reuse, Phase.generate),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

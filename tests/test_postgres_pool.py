@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -139,23 +140,37 @@ async def test_without_pre_ping_a_connection_known_closed_is_replaced(make_pool:
     assert pool.checkedout() == 0
 
 
-async def test_cancel_mid_statement_frees_the_slot_and_rolls_back(make_pool: Any) -> None:
+async def test_cancel_mid_statement_frees_the_slot_and_rolls_back(make_pool: Any, pg_admin_dsn: str) -> None:
     pool = await make_pool(pool_size=1, max_overflow=0, pool_timeout=5)
-    started = asyncio.Event()
+    started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     table = "hs_pool_cancel_probe"
 
     async def slow() -> None:
         async with pool.acquire() as conn:
             async with conn.transaction():
                 await conn.execute(f"CREATE TEMP TABLE {table} (x int)")
-                started.set()
+                started.set_result(conn.get_server_pid())
                 await conn.execute("SELECT pg_sleep(30)")
 
     task = asyncio.ensure_future(slow())
-    await started.wait()
+    pid = await started
+    # Cancel only once the server runs the sleep: a cancel request that lands before the
+    # statement starts is a no-op in PostgreSQL, and the caller would wait the whole 30 s.
+    admin = await admin_connect(pg_admin_dsn)
+    try:
+        for _ in range(500):
+            if await admin.fetchval("SELECT wait_event FROM pg_stat_activity WHERE pid = $1", pid) == "PgSleep":
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the statement never started sleeping")
+    finally:
+        await admin.close()
+    cancelled_at = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert time.monotonic() - cancelled_at < 10  # the server stopped the statement
     assert pool.checkedout() == 0
     async with pool.acquire() as conn:
         assert await conn.fetchval(f"SELECT to_regclass('pg_temp.{table}')") is None

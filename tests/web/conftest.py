@@ -1,8 +1,8 @@
 """Fixtures of the viewer's tests: a seeded store per backend, a viewer on each, one browser.
 
-Every test here carries ``xdist_group("web")`` (added below), so one worker
-runs them all and the session-scoped stores, viewers and browser exist once
-per test run.
+The tests spread over the xdist workers like any others; a worker seeds a
+backend's store and starts its viewer the first time one of its tests needs
+them, and launches one browser for the browser tests it runs.
 """
 
 from __future__ import annotations
@@ -15,21 +15,40 @@ import pytest
 from tests.web.support import BACKEND_PARAMS, CHROMIUM, SeededStore, Viewer, chromium_args, new_store, open_tab, open_target, run_seed
 
 
+class _SeededViewers:
+    """Each backend's seeded store and the viewer on it, made when a test first needs them.
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
-            item.add_marker(pytest.mark.xdist_group("web"))
+    A session-scoped *parametrised* fixture tears its value down whenever the
+    next test wants the other backend, and a worker's share of the tests
+    switches backends often: each switch rebuilt a store and its viewer (and,
+    as pytest then regroups tests across modules, relaunched the per-module
+    browser). Cached here, each exists once per worker.
+    """
 
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, home: Path) -> None:
+        self._tmp = tmp_path_factory
+        self.home = home
+        self._stores: dict[str, SeededStore] = {}
+        self._viewers: dict[str, Viewer] = {}
+        self._drops: list[Any] = []
 
-@pytest.fixture(scope="session", params=BACKEND_PARAMS)
-def seeded_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    db, drop = new_store(request.param, tmp_path_factory.mktemp(f"web-{request.param}"))
-    try:
-        yield SeededStore(request.param, db, run_seed(lambda: open_target(db)))
-    finally:
-        drop()
+    def store(self, backend: str) -> SeededStore:
+        if backend not in self._stores:
+            db, drop = new_store(backend, self._tmp.mktemp(f"web-{backend}"))
+            self._drops.append(drop)
+            self._stores[backend] = SeededStore(backend, db, run_seed(lambda: open_target(db)))
+        return self._stores[backend]
+
+    def viewer(self, backend: str) -> Viewer:
+        if backend not in self._viewers:
+            self._viewers[backend] = Viewer(self.home, self.store(backend).db)
+        return self._viewers[backend]
+
+    def close(self) -> None:
+        for running in self._viewers.values():
+            running.stop()
+        for drop in self._drops:
+            drop()
 
 
 @pytest.fixture(scope="session")
@@ -38,13 +57,24 @@ def web_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def viewer(seeded_store: SeededStore, web_home: Path) -> Any:
-    """The viewer on the seeded store of each backend, for every test that only reads."""
-    running = Viewer(web_home, seeded_store.db)
+def seeded_viewers(tmp_path_factory: pytest.TempPathFactory, web_home: Path) -> Any:
+    cache = _SeededViewers(tmp_path_factory, web_home)
     try:
-        yield running
+        yield cache
     finally:
-        running.stop()
+        cache.close()
+
+
+@pytest.fixture(params=BACKEND_PARAMS)
+def seeded_store(request: pytest.FixtureRequest, seeded_viewers: _SeededViewers) -> SeededStore:
+    """The seeded store of each backend (shared by the worker's tests: they only read it)."""
+    return seeded_viewers.store(request.param)
+
+
+@pytest.fixture
+def viewer(seeded_store: SeededStore, seeded_viewers: _SeededViewers) -> Viewer:
+    """The viewer on the seeded store of each backend, for every test that only reads."""
+    return seeded_viewers.viewer(seeded_store.backend)
 
 
 @pytest.fixture(scope="module")
