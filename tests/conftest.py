@@ -94,8 +94,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     for item in items:
         callspec = getattr(item, "callspec", None)
-        on_postgres = callspec is not None and callspec.params.get("store") == "postgres"
-        uses_server = bool(POSTGRES_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+        # Any parameter (``store``, ``backend``, ...) that puts the test on PostgreSQL.
+        on_postgres = callspec is not None and (
+            any(isinstance(value, str) and value == "postgres" for value in callspec.params.values())
+            or "postgres" in callspec.id.split("-")
+        )
+        uses_server = any(name in POSTGRES_FIXTURES or name.startswith("pg_") for name in getattr(item, "fixturenames", ()))
         if on_postgres or uses_server or item.path.name.startswith("test_postgres"):
             item.add_marker(pytest.mark.postgres)
         if item.path.name == "test_browser.py":
