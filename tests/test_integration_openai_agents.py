@@ -9,20 +9,71 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage, function_tool
-from agents.memory import Session, SessionSettings
-from openai.types.responses import (
-    ResponseFunctionToolCall,
-    ResponseOutputMessage,
-    ResponseOutputText,
-    ResponseReasoningItem,
-)
-from openai.types.responses.response_reasoning_item import Summary
 
 from hermes_state import CompressionSessionClosedError, SessionDB
-from hermes_state.integrations.openai_agents import HermesSession
 
 from .adapter_support import SDK_ITEMS, reopen
+
+# The SDK takes seconds to import (it builds the pydantic models of every MCP type), and every
+# xdist worker collects every module: the SDK is imported when this module's first test runs,
+# on the one worker that runs them all, not at collection. The names below are bound then.
+pytestmark = pytest.mark.xdist_group("openai_agents")
+Agent: Any = None
+RunConfig: Any = None
+Runner: Any = None
+Session: Any = None
+SessionSettings: Any = None
+HermesSession: Any = None
+ResponseFunctionToolCall: Any = None
+ResponseOutputMessage: Any = None
+ResponseOutputText: Any = None
+ResponseReasoningItem: Any = None
+Summary: Any = None
+ScriptedModel: Any = None
+get_weather: Any = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _sdk() -> None:
+    from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage, function_tool
+    from agents.memory import Session, SessionSettings
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+        ResponseReasoningItem,
+    )
+    from openai.types.responses.response_reasoning_item import Summary
+
+    from hermes_state.integrations.openai_agents import HermesSession
+
+    class ScriptedModel(Model):
+        """A ``Model`` that replays scripted turns and records the input it was given."""
+
+        def __init__(self, turns: list[list[Any]]) -> None:
+            self.turns = list(turns)
+            self.inputs: list[Any] = []
+
+        async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs,
+                               tracing, *, previous_response_id, conversation_id, prompt) -> Any:  # type: ignore[no-untyped-def]
+            self.inputs.append(copy.deepcopy(input))
+            return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            raise NotImplementedError("ScriptedModel only answers Runner.run")
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Report the weather for a city."""
+        return f"{city}: 18 C, light breeze"
+
+    globals().update(
+        Agent=Agent, RunConfig=RunConfig, Runner=Runner, Session=Session, SessionSettings=SessionSettings,
+        HermesSession=HermesSession, ResponseFunctionToolCall=ResponseFunctionToolCall,
+        ResponseOutputMessage=ResponseOutputMessage, ResponseOutputText=ResponseOutputText,
+        ResponseReasoningItem=ResponseReasoningItem, Summary=Summary, ScriptedModel=ScriptedModel,
+        get_weather=get_weather,
+    )
 
 def items() -> list[dict[str, Any]]:
     return copy.deepcopy(SDK_ITEMS)
@@ -227,40 +278,18 @@ async def test_the_store_is_borrowed(store: SessionDB) -> None:
 # ------------------------------------------------------- Runner.run with a model stub
 
 
-class ScriptedModel(Model):
-    """A ``Model`` that replays scripted turns and records the input it was given."""
-
-    def __init__(self, turns: list[list[Any]]) -> None:
-        self.turns = list(turns)
-        self.inputs: list[Any] = []
-
-    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs,
-                           tracing, *, previous_response_id, conversation_id, prompt) -> ModelResponse:  # type: ignore[no-untyped-def]
-        self.inputs.append(copy.deepcopy(input))
-        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError("ScriptedModel only answers Runner.run")
-
-
-def say(text: str, ident: str) -> ResponseOutputMessage:
+def say(text: str, ident: str) -> Any:
     return ResponseOutputMessage(
         id=ident, type="message", role="assistant", status="completed",
         content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
     )
 
 
-def call(name: str, arguments: str, call_id: str) -> ResponseFunctionToolCall:
+def call(name: str, arguments: str, call_id: str) -> Any:
     return ResponseFunctionToolCall(type="function_call", name=name, arguments=arguments, call_id=call_id, id=f"fc_{call_id}")
 
 
-@function_tool
-def get_weather(city: str) -> str:
-    """Report the weather for a city."""
-    return f"{city}: 18 C, light breeze"
-
-
-async def run_trip(store: SessionDB) -> tuple[HermesSession, list[Any], ScriptedModel]:
+async def run_trip(store: SessionDB) -> tuple[Any, list[Any], Any]:
     """Two ``Runner.run`` calls on one session: a reasoning + tool turn with a handoff, then a follow-up."""
     reasoning = ResponseReasoningItem(id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="check forecast")])
     french_model = ScriptedModel([
