@@ -74,8 +74,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     asyncio.run(install())
 
 
-# Fixtures that mean "this test talks to the PostgreSQL server".
-POSTGRES_FIXTURES = frozenset({"pg_dsn", "pg_admin_dsn"})
+# Fixtures that reach the PostgreSQL server are named pg_* (pg_dsn, pg_admin_dsn, a module's pg_pair, ...).
+POSTGRES_FIXTURE_PREFIX = "pg_"
 
 
 def all_tests() -> bool:
@@ -99,7 +99,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             any(isinstance(value, str) and value == "postgres" for value in callspec.params.values())
             or "postgres" in callspec.id.split("-")
         )
-        uses_server = any(name in POSTGRES_FIXTURES or name.startswith("pg_") for name in getattr(item, "fixturenames", ()))
+        uses_server = any(name.startswith(POSTGRES_FIXTURE_PREFIX) for name in getattr(item, "fixturenames", ()))
         if on_postgres or uses_server or item.path.name.startswith("test_postgres"):
             item.add_marker(pytest.mark.postgres)
         if item.path.name == "test_browser.py":

@@ -153,9 +153,9 @@ async def test_a_partly_copied_large_session_is_completed(tmp_path: Path) -> Non
     assert run_json(tmp_path, "--db", str(fresh), "info")["messages"] == 450
 
 
-def write_jsonl(path: Path, sessions: int, per_session: int, filler_repeats: int = 8) -> None:
-    """An export-shaped JSON Lines file, written directly (no store needed to make test data)."""
-    filler = "lorem ipsum dolor sit amet " * filler_repeats
+def write_jsonl(path: Path, sessions: int, per_session: int) -> None:
+    """An export-shaped JSON Lines file of ~900-byte messages, written directly (no store needed to make test data)."""
+    filler = "lorem ipsum dolor sit amet " * 32
     with open(path, "w") as out:
         for s in range(sessions):
             messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"s{s} m{i} {filler}",
@@ -164,13 +164,13 @@ def write_jsonl(path: Path, sessions: int, per_session: int, filler_repeats: int
                                   "messages": messages}) + "\n")
 
 
-def round_trip(home: Path, name: str, sessions: int, per_session: int, filler_repeats: int = 8) -> tuple[int, int]:
+def round_trip(home: Path, name: str, sessions: int, per_session: int) -> tuple[int, int]:
     """Import a generated file and export it again in measured subprocesses; returns both peaks (KiB).
 
     bench/transfer.py measures every command (import of an export, copy, verify too) at this size.
     """
     source = home / f"{name}.jsonl"
-    write_jsonl(source, sessions, per_session, filler_repeats)
+    write_jsonl(source, sessions, per_session)
     store = home / f"{name}.db"
     done, import_peak = run_measured(home, "--db", str(store), "import", str(source), "--json")
     assert done.returncode == 0, done.stderr
@@ -199,8 +199,8 @@ def round_trip(home: Path, name: str, sessions: int, per_session: int, filler_re
 def test_export_import_of_many_messages_in_bounded_memory(tmp_path: Path) -> None:
     # 30,000 messages of ~900 bytes: more data than the margins below, in a third of the rows
     # (and the time) of the 100,000 that bench/transfer.py measures.
-    base = round_trip(tmp_path, "small", 10, 100, filler_repeats=32)
-    big = round_trip(tmp_path, "large", 30, 1000, filler_repeats=32)
+    base = round_trip(tmp_path, "small", 10, 100)
+    big = round_trip(tmp_path, "large", 30, 1000)
     assert (tmp_path / "large.jsonl").stat().st_size > 25 * 1024 * 1024  # more data than the memory allowed
     # Memory follows the batch size, not the store: 100x the data may cost only a fixed margin.
     print(f"peak RSS KiB: import {big[0]} (1k-message baseline {base[0]}), export {big[1]} (baseline {base[1]})")
