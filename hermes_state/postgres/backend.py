@@ -101,6 +101,11 @@ class PostgresReader:
             return result
 
 
+def _load_configs(home: Path | None) -> tuple[StoreConfig, PostgresConfig]:
+    """The profile's store config and its ``database.postgres`` part (reads config.yaml)."""
+    return load_config(home), load_postgres_config(home)
+
+
 class PostgresBackend:
     """Owns the connections to one PostgreSQL database (and schema, via ``search_path``)."""
 
@@ -133,8 +138,8 @@ class PostgresBackend:
 
     async def open(self) -> None:
         load_driver()
-        self.config = load_config(self.home)
-        self.pg_config = load_postgres_config(self.home)
+        # config.yaml is read on a worker thread, never on the loop.
+        self.config, self.pg_config = await asyncio.to_thread(_load_configs, self.home)
         try:
             self.pool = ConnectionPool(asyncpg_dsn(self.dsn), self.pg_config, self._connect_kwargs(), self._endpoint)
             await self.pool.open()
