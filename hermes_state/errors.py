@@ -286,10 +286,10 @@ _CAUSE_MARKERS: tuple[tuple[PersistenceErrorCause, tuple[str, ...]], ...] = (
 )
 
 
-def classify_persistence_error(exc: BaseException | str | None) -> PersistenceErrorCause:
+def classify_persistence_error(exc_or_str: BaseException | str | None) -> PersistenceErrorCause:
     """Return why a write failed: one of :data:`PERSISTENCE_ERROR_CAUSES`.
 
-    ``exc`` is the exception, or its message as a string (then only the
+    ``exc_or_str`` is the exception, or its message as a string (then only the
     message rules below apply). The first match wins: None is ``"unknown"``; then the store's own
     classes (a lost turn lease, a session closed by compression, a busy or
     lost compression lease, a damaged file, a lock wait past
@@ -299,6 +299,7 @@ def classify_persistence_error(exc: BaseException | str | None) -> PersistenceEr
     disk or "disk"/"readonly"/"read-only" (so "database disk image is
     malformed" is ``"corrupt"``, not ``"disk"``). Anything else is ``"unknown"``.
     """
+    exc = exc_or_str
     if exc is None:
         return "unknown"
     if isinstance(exc, SessionTurnLeaseLostError):

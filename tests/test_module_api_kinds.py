@@ -55,6 +55,15 @@ def test_the_references_plain_functions_stay_plain(name: str) -> None:
     assert callable(function) and not inspect.iscoroutinefunction(function)
 
 
+def test_plain_functions_take_the_references_parameter_names() -> None:
+    # Hosts may pass these by keyword.
+    assert list(inspect.signature(hermes_state.classify_persistence_error).parameters) == ["exc_or_str"]
+    assert list(inspect.signature(hermes_state.is_disk_full_error).parameters) == ["exc"]
+    assert list(inspect.signature(hermes_state.is_sqlite_wal_reset_vulnerable).parameters) == ["version_info"]
+    assert hermes_state.is_sqlite_wal_reset_vulnerable(version_info=(3, 40)) is True
+    assert hermes_state.is_sqlite_wal_reset_vulnerable((3, 51, 3)) is False
+
+
 def test_every_exported_coroutine_is_in_the_table() -> None:
     exported = {
         name for name in hermes_state.__all__

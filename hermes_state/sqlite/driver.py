@@ -64,9 +64,13 @@ def sqlite_version_info() -> tuple[int, int, int]:
     return (int(parts[0]), int(parts[1]), int(parts[2]))
 
 
-def is_sqlite_wal_reset_vulnerable(version: tuple[int, int, int] | None = None) -> bool:
-    """True for SQLite 3.7.0 up to 3.51.3 except the patched 3.44.6+ and 3.50.7+ lines."""
-    v = version or sqlite_version_info()
+def is_sqlite_wal_reset_vulnerable(version_info: tuple[int, ...] | None = None) -> bool:
+    """True for SQLite 3.7.0 up to 3.51.3 except the patched 3.44.6+ and 3.50.7+ lines.
+
+    ``version_info`` defaults to the linked SQLite's; a shorter tuple counts missing parts as 0.
+    """
+    given = tuple(int(part) for part in version_info[:3]) if version_info else sqlite_version_info()
+    v = given + (0,) * (3 - len(given))
     if not ((3, 7, 0) <= v < (3, 51, 3)):
         return False
     if (3, 50, 7) <= v < (3, 51, 0) or (3, 44, 6) <= v < (3, 45, 0):
