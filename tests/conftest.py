@@ -155,11 +155,6 @@ def no_blocking_calls() -> Iterator[None]:
     ``hermes-state`` command owns its process and runs outside any loop.
     """
     blocker = BlockBuster(scanned_modules=["hermes_state"])
-    # The package imports its drivers and backends on first use (a short
-    # CLI start-up); an import reads files once per process, which BlockBuster
-    # itself already exempts for os.stat.
-    for function in blocker.functions.values():
-        function.can_block_in("<frozen importlib._bootstrap>", "_find_and_load")
     blocker.activate()
     try:
         yield

@@ -8,10 +8,9 @@ with msgspec and replayed in tests.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any, Union
 
+from ..module_lists import import_modules
 from .base import Command
 from .leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, TurnFence
 from .messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
@@ -28,8 +27,12 @@ from .sessions import (
 from .usage import RecordAuxiliaryUsage, UpdateTokenCounts
 
 # Import every command module so each Command subclass exists before the union is built.
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+# Listed, not discovered (see module_lists).
+MODULES = (
+    "base", "compression", "health", "leases", "listing", "maintenance", "messages", "meta", "rows", "search",
+    "sessions", "titles", "usage",
+)
+import_modules(__name__, MODULES)
 
 
 def _concrete(cls: type[Command]) -> list[type[Command]]:

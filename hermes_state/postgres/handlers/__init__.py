@@ -1,18 +1,19 @@
 """SQL for each write command, as async functions on the writer's connection.
 
-Every module of this package is imported here, so a new handler only needs
-``@handles`` (see ``registry``). Shared SQL helpers live in ``common``.
+Every module in ``MODULES`` is imported here, so a new handler only needs
+``@handles`` (see ``registry``; a new module joins ``MODULES``). Shared SQL helpers live in ``common``.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from ...module_lists import import_modules
 from .registry import BULK_HANDLERS, HANDLERS, handler_for, handles, handles_bulk
 
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in ("registry", "common"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+# Listed, not discovered (see module_lists).
+MODULES = (
+    "compression", "guarded_append", "health", "listing", "maintenance", "messages", "meta", "rows", "search",
+    "sessions", "titles", "turn_leases", "usage",
+)
+import_modules(__name__, MODULES)
 
 __all__ = ["BULK_HANDLERS", "HANDLERS", "handler_for", "handles", "handles_bulk"]

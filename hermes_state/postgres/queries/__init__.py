@@ -1,18 +1,19 @@
 """Read queries, registered by name; each runs on a pooled connection.
 
-Every module of this package is imported here, so adding a query is adding a
-decorated function to a module: nothing else to register.
+Every module in ``MODULES`` is imported here, so adding a query is adding a
+decorated function to one of them (a new module joins ``MODULES``).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from ...module_lists import import_modules
 from .registry import QUERIES, query, query_for
 
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "registry":
-        importlib.import_module(f"{__name__}.{_module.name}")
+# Listed, not discovered (see module_lists).
+MODULES = (
+    "compression", "core", "health", "listing", "maintenance", "page_check", "rows", "search", "search_form",
+    "session_lookup", "titles", "turn_leases", "usage",
+)
+import_modules(__name__, MODULES)
 
 __all__ = ["QUERIES", "query", "query_for"]

@@ -2,19 +2,21 @@
 
 A handler receives the raw DB-API connection (inside the batch transaction
 and its own savepoint) and the command; what it returns resolves the caller's
-future after COMMIT, what it raises fails that caller alone. Every module of
-this package is imported here, so a new handler only needs ``@handles``.
+future after COMMIT, what it raises fails that caller alone. Every module in
+``MODULES`` is imported here, so a new handler only needs ``@handles`` (a new
+module joins ``MODULES``).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from ...module_lists import import_modules
 from .registry import BULK_HANDLERS, HANDLERS, handler_for, handles, handles_bulk
 
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in ("registry", "common"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+# Listed, not discovered (see module_lists).
+MODULES = (
+    "compression", "health", "listing", "maintenance", "message_rows", "messages", "meta", "rows", "search",
+    "sessions", "titles", "turn_leases", "usage",
+)
+import_modules(__name__, MODULES)
 
 __all__ = ["BULK_HANDLERS", "HANDLERS", "handler_for", "handles", "handles_bulk"]

@@ -1,18 +1,18 @@
 """Read queries, registered by name; each runs on a read connection's thread.
 
-Every module of this package is imported here, so adding a query is adding a
-decorated function to a module: nothing else to register.
+Every module in ``MODULES`` is imported here, so adding a query is adding a
+decorated function to one of them (a new module joins ``MODULES``).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from ...module_lists import import_modules
 from .registry import QUERIES, SEARCH_QUERIES, query, query_for, search_query
 
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "registry":
-        importlib.import_module(f"{__name__}.{_module.name}")
+# Listed, not discovered (see module_lists).
+MODULES = (
+    "compression", "core", "health", "listing", "maintenance", "rows", "search", "titles", "turn_leases", "usage",
+)
+import_modules(__name__, MODULES)
 
 __all__ = ["QUERIES", "SEARCH_QUERIES", "query", "query_for", "search_query"]
