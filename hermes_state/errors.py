@@ -260,8 +260,10 @@ _DISK_FULL_MARKERS = (
 )
 
 
-def is_disk_full_error(exc: BaseException | None) -> bool:
-    """Return True when ``exc`` (or its cause chain) reports a full disk."""
+def is_disk_full_error(exc: BaseException | str | None) -> bool:
+    """Return True when ``exc`` (or its cause chain), or a message string, reports a full disk."""
+    if isinstance(exc, str):
+        return any(marker in exc.lower() for marker in _DISK_FULL_MARKERS)
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -284,10 +286,11 @@ _CAUSE_MARKERS: tuple[tuple[PersistenceErrorCause, tuple[str, ...]], ...] = (
 )
 
 
-def classify_persistence_error(exc: BaseException | None) -> PersistenceErrorCause:
+def classify_persistence_error(exc: BaseException | str | None) -> PersistenceErrorCause:
     """Return why a write failed: one of :data:`PERSISTENCE_ERROR_CAUSES`.
 
-    The first match wins: None is ``"unknown"``; then the store's own
+    ``exc`` is the exception, or its message as a string (then only the
+    message rules below apply). The first match wins: None is ``"unknown"``; then the store's own
     classes (a lost turn lease, a session closed by compression, a busy or
     lost compression lease, a damaged file, a lock wait past
     ``lock_timeout``); then the message: "turn lease", "closed by

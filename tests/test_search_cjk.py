@@ -251,3 +251,17 @@ async def test_anchor_file_gains_a_cjk_index(anchor_db: Path, with_cjk: Path, lo
         assert [(h["id"], h["snippet"]) for h in after] == [(h["id"], h["snippet"]) for h in before]
     finally:
         await db.close()
+
+
+async def test_public_coroutines_load_the_tokenizer_into_a_hosts_connection(with_cjk: Path, tmp_path: Path) -> None:
+    import hermes_state
+    from hermes_state.sqlite.driver import open_connection
+
+    assert await hermes_state.fts5_cjk_so_path() == with_cjk
+    conn = await open_connection(str(tmp_path / "host.db"))
+    try:
+        assert await hermes_state.load_fts5_cjk_extension(conn) is True
+        row = await (await conn.execute("SELECT fts5_cjk_version()")).fetchone()
+        assert row[0]
+    finally:
+        await conn.close()

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..commands.leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, TurnFence
 from ..errors import OperationalError, classify_persistence_error
 from ..facade import DEFAULT_PATIENCE, StoreBase
-from ..lease_host import process_identity
+from ..lease_host import own_process
 from ..lease_wakeups import notify_release, release_waiter
 from ..limits import finite_arg
-from ..rules import turn_lease_takeover
+from ..rules import turn_lease_takeover_on_loop
 
 if TYPE_CHECKING:
     from ..session_turn import SessionTurn
@@ -281,7 +281,7 @@ class TurnLeaseMethods(StoreBase):
         self, session_id: str, holder: str, ttl: float, patience: float, *, exclusive: bool
     ) -> Acquired | None:
         """One acquire transaction; the grant, or None when somebody else holds the lease."""
-        host, pid, started = process_identity()
+        host, pid, started = await own_process()
         command = AcquireTurnLease(
             session_id=session_id, holder=holder, ttl_seconds=ttl, host=host, pid=pid, started=started,
             exclusive=exclusive,
@@ -329,7 +329,7 @@ class TurnLeaseMethods(StoreBase):
             while True:
                 if _aborted(should_abort):
                     return None
-                if _could_acquire(state, holder, exclusive):
+                if await _could_acquire(state, holder, exclusive):
                     try:
                         granted = await self._acquire_turn(session_id, holder, ttl, patience, exclusive=exclusive)
                     except OperationalError as exc:
@@ -350,11 +350,11 @@ class TurnLeaseMethods(StoreBase):
                 state = await self._query("turn_lease_state", session_id)
 
 
-def _could_acquire(state: dict[str, Any], holder: str, exclusive: bool) -> bool:
+async def _could_acquire(state: dict[str, Any], holder: str, exclusive: bool) -> bool:
     """Whether the lease row read by ``turn_lease_state`` would let ``holder`` acquire now."""
     if state["holder"] is None:
         return True
-    verdict = turn_lease_takeover(
+    verdict = await turn_lease_takeover_on_loop(
         holder, exclusive, state["holder"], state["expires_at"], state["holder_host"], state["holder_pid"],
         state["holder_started"], state["now"],
     )

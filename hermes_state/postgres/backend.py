@@ -22,6 +22,7 @@ from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
+from .client_files import Connector
 from .config import PostgresConfig, load_postgres_config
 from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs
 from .errors import is_busy, is_disconnect, to_store_error, unavailable
@@ -101,6 +102,11 @@ class PostgresReader:
             return result
 
 
+def _load_configs(home: Path | None) -> tuple[StoreConfig, PostgresConfig]:
+    """The profile's store config and its ``database.postgres`` part (reads config.yaml)."""
+    return load_config(home), load_postgres_config(home)
+
+
 class PostgresBackend:
     """Owns the connections to one PostgreSQL database (and schema, via ``search_path``)."""
 
@@ -119,24 +125,32 @@ class PostgresBackend:
         self.reconnects = 0  # writer connections replaced after a loss (writer_stats)
         self._facts: dict[str, Any] = {}
         self._endpoint = endpoint(dsn)
+        self._shared_connector: Connector | None = None
         self._lease_listener = LeaseReleaseListener(self._connect_writer, self.lease_identity())
 
     def _connect_kwargs(self) -> dict[str, Any]:
         return self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
 
+    def _connector(self) -> Connector:
+        """The connector every connection of this store opens through (one, so it learns the server's TLS answer)."""
+        if self._shared_connector is None:
+            self._shared_connector = Connector(asyncpg_dsn(self.dsn), self._connect_kwargs())
+        return self._shared_connector
+
     async def _connect_writer(self) -> Any:
-        asyncpg = load_driver()
+        load_driver()
         try:
-            return await asyncpg.connect(asyncpg_dsn(self.dsn), **self._connect_kwargs())
+            return await self._connector().connect()
         except (OSError, TimeoutError) as exc:
             raise unavailable(self._endpoint, exc) from exc
 
     async def open(self) -> None:
         load_driver()
-        self.config = load_config(self.home)
-        self.pg_config = load_postgres_config(self.home)
+        # config.yaml is read on a worker thread, never on the loop.
+        self.config, self.pg_config = await asyncio.to_thread(_load_configs, self.home)
         try:
-            self.pool = ConnectionPool(asyncpg_dsn(self.dsn), self.pg_config, self._connect_kwargs(), self._endpoint)
+            self._shared_connector = None  # the config was just (re)read
+            self.pool = ConnectionPool(self._connector(), self.pg_config, self._endpoint)
             await self.pool.open()
             if self.read_only:
                 async with self.pool.acquire() as conn:

@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from .client_files import Connector
 from .config import PostgresConfig
 from .errors import is_disconnect, unavailable
 
@@ -62,10 +63,9 @@ class _Entry:
 class ConnectionPool:
     """Pooled connections for reads; the writer has its own connection."""
 
-    def __init__(self, dsn: str, config: PostgresConfig, connect_kwargs: dict[str, Any], endpoint: str) -> None:
-        self._dsn = dsn
+    def __init__(self, connector: Connector, config: PostgresConfig, endpoint: str) -> None:
         self._config = config
-        self._kwargs = connect_kwargs
+        self._connector = connector
         self._endpoint = endpoint
         unbounded = config.max_overflow == -1 or config.pool_size == 0
         self.capacity: int | None = None if unbounded else config.pool_size + config.max_overflow
@@ -83,10 +83,8 @@ class ConnectionPool:
     # ------------------------------------------------------------------ checkout
 
     async def _connect(self) -> _Entry:
-        import asyncpg  # type: ignore[import-untyped]
-
         try:
-            conn = await asyncpg.connect(self._dsn, **self._kwargs)
+            conn = await self._connector.connect()
         except (OSError, asyncio.TimeoutError) as exc:
             raise unavailable(self._endpoint, exc) from exc
         return _Entry(conn, time.monotonic())

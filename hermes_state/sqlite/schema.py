@@ -13,8 +13,10 @@ from typing import Any
 from ..encoding import prompt_hash
 from .conversations import CONVERSATION_TRIGGERS_SQL, backfill_conversation_ids
 from .driver import driver_module
-from .search.fts_schema import (  # noqa: F401  (fts_triggers_sql is re-exported)
+from .script import run_script  # noqa: F401  (re-exported for the handlers)
+from .search.fts_schema import (  # noqa: F401  (fts_triggers_sql and FTS_STORAGE_VERSION are re-exported)
     ALL_TRIGGERS,
+    FTS_STORAGE_VERSION,
     BASE_TRIGGERS,
     base_tables_sql,
     drop_triggers,
@@ -28,7 +30,6 @@ __all__ = ["SCHEMA_VERSION", "SCHEMA_SQL", "FTS_STORAGE_VERSION", "prompt_hash",
 log = logging.getLogger("hermes_state.sqlite.schema")
 
 SCHEMA_VERSION = 25
-FTS_STORAGE_VERSION = 1
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -248,24 +249,6 @@ TITLE_INDEX_SQL = (
 # live in ``hermes_state.sqlite.search.fts_schema``; these names stay here
 # for code that builds the base schema by hand (bench/append.py).
 FTS_TABLES_SQL = base_tables_sql()
-
-
-def run_script(conn: Any, script: str) -> None:
-    """Execute each statement of ``script`` on ``conn``.
-
-    Unlike ``executescript`` this never commits first, so it can run inside
-    an open transaction.
-    """
-    complete = driver_module().complete_statement
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if complete(pending):
-            if pending.strip():
-                conn.execute(pending)
-            pending = ""
-    if pending.strip():
-        conn.execute(pending)
 
 
 # --------------------------------------------------------------------------- open

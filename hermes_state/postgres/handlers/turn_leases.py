@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...commands.leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease
-from ...rules import turn_lease_takeover
+from ...rules import turn_lease_takeover_on_loop
 from ..clock import DB_NOW
 from .common import row_count
 from .registry import handles
@@ -63,7 +63,7 @@ async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, in
     process = (cmd.host, cmd.pid, cmd.started)
     if row["holder"] is not None:
         now = await conn.fetchval(f"SELECT {DB_NOW}")  # after the row lock was granted
-        verdict = turn_lease_takeover(
+        verdict = await turn_lease_takeover_on_loop(
             cmd.holder, cmd.exclusive, row["holder"], float(row["expires_at"]), row["holder_host"],
             row["holder_pid"], row["holder_started"], now,
         )

@@ -16,7 +16,9 @@ from typing import Any
 
 from ...config import hermes_home
 
-__all__ = ["CJK_TOKENIZER", "cjk_fts_enabled", "fts5_cjk_so_path", "load_fts5_cjk_extension"]
+# Synchronous: they run on connection threads (hermes_state.compat holds the
+# public coroutines fts5_cjk_so_path and load_fts5_cjk_extension).
+__all__ = ["CJK_TOKENIZER", "cjk_fts_enabled", "cjk_library_path", "load_cjk_tokenizer"]
 
 log = logging.getLogger("hermes_state.sqlite.search")
 
@@ -24,7 +26,7 @@ CJK_TOKENIZER = "cjk_unicode61"
 _OFF = frozenset({"0", "false", "off", "no"})
 
 
-def fts5_cjk_so_path(home: Path | None = None) -> Path:
+def cjk_library_path(home: Path | None = None) -> Path:
     """Return where the tokenizer library is expected (it may not exist)."""
     override = os.environ.get("HERMES_FTS5_CJK_SO", "").strip()
     if override:
@@ -55,7 +57,7 @@ def cjk_fts_enabled(config: Any = None) -> bool:
     return bool(value)
 
 
-def load_fts5_cjk_extension(conn: Any, *, config: Any = None, home: Path | None = None) -> bool:
+def load_cjk_tokenizer(conn: Any, *, config: Any = None, home: Path | None = None) -> bool:
     """Load the tokenizer into ``conn`` (a DB-API connection); returns True when it is usable.
 
     Never raises: the feature switched off, a missing library, a driver
@@ -64,7 +66,7 @@ def load_fts5_cjk_extension(conn: Any, *, config: Any = None, home: Path | None 
     """
     if not cjk_fts_enabled(config):
         return False
-    target = fts5_cjk_so_path(home)
+    target = cjk_library_path(home)
     if not target.is_file():
         return False
     enable = getattr(conn, "enable_load_extension", None)
