@@ -3,9 +3,9 @@
 ``HermesChatMessageHistory`` is a ``BaseChatMessageHistory``: the async
 methods (``aget_messages``, ``aadd_messages``, ``aclear``) go straight to the
 store; the sync ones (``messages``, ``add_messages``, ``clear``) run the same
-coroutines on the store's event loop in another thread, which plain
-synchronous code does not need to provide (the store then gets a background
-loop of its own until it is closed). Each message is one
+coroutines on the store's own loop thread (or ``loop=``), which plain
+synchronous code does not need to provide and which stops when the store
+closes. Each message is one
 row: readable text in ``content``, OpenAI-shaped ``tool_calls`` and
 ``tool_call_id``, and the whole message (ids, metadata, tool calls) under
 ``display_metadata`` so it reads back equal.
