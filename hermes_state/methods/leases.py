@@ -318,7 +318,7 @@ class TurnLeaseMethods(StoreBase):
         await self._ensure_open()
         watch = getattr(self._backend, "watch_lease_releases", None)
         if watch is not None:
-            await watch()
+            await self._at_home(watch)  # its connection lives on the store's home loop
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + wait_seconds

@@ -28,7 +28,7 @@ from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs
 from .errors import is_busy, is_disconnect, to_store_error, unavailable
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
-from .pool import ConnectionPool
+from .pool import ConnectionPool, drop_connection
 from .queries import query_for
 from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
@@ -161,6 +161,24 @@ class PostgresBackend:
         except BaseException:
             await self.close()
             raise
+
+    async def rebind(self, dead: bool) -> None:
+        """Serve the event loop the store moved to: asyncpg connections belong to the loop that
+        opened them, so the pool, the writer and the listener start afresh on this one. Returns None.
+
+        ``dead`` (the old loop closed) needs nothing more: a transaction it left
+        open ends with its connection's session.
+        """
+        if self.pool is None:
+            return
+        self.pool.discard()
+        writer, self._writer_conn = self._writer_conn, None
+        drop_connection(writer)
+        self._lease_listener.discard()
+        self.pool = ConnectionPool(self._connector(), self.pg_config, self._endpoint)
+        await self.pool.open()
+        if not self.read_only:
+            self._writer_conn = await self._connect_writer()
 
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
         """Apply one batch; after a lost connection, find out whether it committed.

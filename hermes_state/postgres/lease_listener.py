@@ -21,6 +21,7 @@ from typing import Any
 
 from ..lease_wakeups import notify_release
 from .handlers.turn_leases import LEASE_CHANNEL
+from .pool import drop_connection
 
 __all__ = ["LeaseReleaseListener"]
 
@@ -78,6 +79,12 @@ class LeaseReleaseListener:
         if schema == self._schema and isinstance(conversation_id, str):
             self.notices += 1
             notify_release(self._database, conversation_id)
+
+    def discard(self) -> None:
+        """Forget the connection of a loop the store left (the next wait listens again, on the new loop)."""
+        conn, self._conn = self._conn, None
+        self._lock = None
+        drop_connection(conn)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

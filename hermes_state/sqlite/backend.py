@@ -411,6 +411,20 @@ class SQLiteBackend:
                 raise DatabaseMalformedError(str(self.path), str(exc)) from exc
             raise
 
+    async def rebind(self, dead: bool) -> None:
+        """Serve the event loop the store moved to; returns None.
+
+        The connections run on threads of their own and stay; the search
+        slots (an asyncio semaphore) are made anew. After a closed loop
+        (``dead``) the reads it abandoned no longer count against their lanes.
+        """
+        if dead:
+            for lane in self._lanes:
+                lane.busy = lane.searches = 0
+                lane.reads.clear()
+        if self._lanes:
+            self._search_slots = asyncio.Semaphore(max(1, len(self._lanes) - 1))
+
     def _prepare_files(self) -> str:
         """The file-system part of an open (on a worker thread); returns the readers' URI.
 
