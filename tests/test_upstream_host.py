@@ -1,0 +1,72 @@
+"""What async-hermes-agent's own host code calls on the store, beyond the public API, on both backends.
+
+Its session-search tool reads ``_get_message_storage_state``; its agent binds
+per-profile session settings for a turn (``hermes_state_common``); its
+PostgreSQL tests create sessions with other columns as keywords; its async
+delegation runs SQLAlchemy Core through ``_read`` / ``_write``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+async def test_message_storage_state_tells_live_archived_and_rewound_rows(store: Any) -> None:
+    await store.create_session("s", "cli")
+    first = await store.append_message("s", "user", "old question")
+    await store.append_message("s", "assistant", "old answer")
+    await store.archive_and_compact("s", [{"role": "user", "content": "summary"}])
+    question = await store.append_message("s", "user", "new question")
+    await store.append_message("s", "assistant", "new answer")
+    live = await store.append_message("s", "user", "kept")
+    await store.rewind_to_message("s", question)
+
+    assert await store._get_message_storage_state(first) == {"session_id": "s", "active": 0, "compacted": 1}
+    assert await store._get_message_storage_state(question) == {"session_id": "s", "active": 0, "compacted": 0}
+    summary = (await store.get_messages("s"))[0]["id"]
+    assert await store._get_message_storage_state(summary) == {"session_id": "s", "active": 1, "compacted": 0}
+    assert live > question
+    assert await store._get_message_storage_state(live + 100) is None
+    assert await store._get_message_storage_state(0) is None
+    assert await store._get_message_storage_state(None) is None
+    with pytest.raises(TypeError, match="message_id"):
+        await store._get_message_storage_state("12")
+
+
+async def test_create_session_takes_other_session_columns_on_a_new_row(store: Any) -> None:
+    assert await store.create_session(
+        "t", "cli", model="m", title="  First\u200b  title ", started_at=1000, end_reason="done", ended_at=1001.5,
+        input_tokens=7, archived=1, git_branch="main",
+    ) == "t"
+    row = await store.get_session("t")
+    assert (row["title"], row["started_at"], row["end_reason"], row["ended_at"]) == ("First title", 1000.0, "done", 1001.5)
+    assert (row["input_tokens"], row["archived"], row["git_branch"], row["model"]) == (7, 1, "main", "m")
+
+    # An existing row keeps its columns (the named ones are still filled while NULL).
+    await store.create_session("t", "cli", title="Other", started_at=5, cwd="/w")
+    again = await store.get_session("t")
+    assert (again["title"], again["started_at"], again["cwd"]) == ("First title", 1000.0, "/w")
+
+    # None leaves a column at its default.
+    await store.create_session("u", "cli", title=None, archived=None)
+    plain = await store.get_session("u")
+    assert (plain["title"], plain["archived"]) == (None, 0)
+
+
+async def test_create_session_refuses_unknown_columns_and_wrong_kinds_before_writing(store: Any) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        await store.create_session("x", "cli", bogus=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'message_count'"):
+        await store.create_session("x", "cli", message_count=3)
+    with pytest.raises(TypeError, match="input_tokens must be an int"):
+        await store.create_session("x", "cli", input_tokens="7")
+    with pytest.raises(TypeError, match="started_at must be a number"):
+        await store.create_session("x", "cli", started_at="yesterday")
+    with pytest.raises(ValueError, match="Title too long"):
+        await store.create_session("x", "cli", title="t" * 101)
+    assert await store.get_session("x") is None
+    # ensure_session passes them through too.
+    await store.ensure_session("e", title="Ensured")
+    assert (await store.get_session("e"))["title"] == "Ensured"
