@@ -8,6 +8,8 @@ delegation runs SQLAlchemy Core through ``_read`` / ``_write``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -70,3 +72,48 @@ async def test_create_session_refuses_unknown_columns_and_wrong_kinds_before_wri
     # ensure_session passes them through too.
     await store.ensure_session("e", title="Ensured")
     assert (await store.get_session("e"))["title"] == "Ensured"
+
+
+async def test_each_turn_sees_its_own_bound_search_slow_ms(
+    store: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import hermes_state_common
+
+    from hermes_state.session_settings import bound_session_setting
+
+    monkeypatch.setenv("HERMES_SEARCH_SLOW_MS", "60000")
+    caplog.set_level(logging.INFO, logger="hermes_state.search")
+    await store.create_session("s", "cli")
+    await store.append_message("s", "user", "docker compose up")
+    both_bound = asyncio.Event()
+    bound = 0
+
+    async def turn(slow_ms: int, query: str) -> None:
+        nonlocal bound
+        # As async-hermes-agent's agent does around a turn.
+        token = hermes_state_common._set_session_runtime_config({"search_slow_ms": slow_ms})
+        try:
+            bound += 1
+            if bound == 2:
+                both_bound.set()
+            await both_bound.wait()
+            await store.search_messages(query)
+        finally:
+            hermes_state_common._reset_session_runtime_config(token)
+
+    await asyncio.gather(turn(0, "docker"), turn(60_000, "compose"))
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("slow session search")]
+    assert len(logged) == 1 and "docker" in logged[0], logged
+    # Outside the turns nothing is bound: the environment applies again.
+    assert bound_session_setting("search_slow_ms") is None
+    assert hermes_state_common._session_runtime_config_value("search_slow_ms", "HERMES_SEARCH_SLOW_MS", "1") == "60000"
+    caplog.clear()
+    await store.search_messages("docker")
+    assert not [r for r in caplog.records if r.getMessage().startswith("slow session search")]
+
+
+def test_session_settings_binding_checks_its_argument() -> None:
+    from hermes_state.session_settings import bind_session_settings
+
+    with pytest.raises(TypeError, match="values must be a mapping or None"):
+        bind_session_settings([("cjk_fts", False)])  # type: ignore[arg-type]
