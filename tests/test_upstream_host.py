@@ -117,3 +117,64 @@ def test_session_settings_binding_checks_its_argument() -> None:
 
     with pytest.raises(TypeError, match="values must be a mapping or None"):
         bind_session_settings([("cjk_fts", False)])  # type: ignore[arg-type]
+
+
+async def test_sqlite_store_offers_no_core_boundary(db_path: Any) -> None:
+    """async-hermes-agent binds a store for delegation SQL only when both are callable: SQLite keeps its sidecar."""
+    from hermes_state import SessionDB
+
+    db = SessionDB(db_path)
+    try:
+        assert not callable(getattr(db, "_read", None))
+    finally:
+        await db.close()
+
+
+async def test_postgres_read_and_write_run_sqlalchemy_core_operations(pg_dsn: str) -> None:
+    from sqlalchemy import text
+
+    from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+    db = PostgresSessionDB(pg_dsn)
+    try:
+        async def insert(connection: Any) -> int:
+            result = await connection.execute(
+                text(
+                    "INSERT INTO async_delegations (delegation_id, origin_session, state, dispatched_at, updated_at) "
+                    "VALUES (:id, 'origin', 'running', 1.0, 2.0)"
+                ),
+                {"id": "d1"},
+            )
+            return int(result.rowcount)
+
+        assert await db._write(insert) == 1
+
+        async def failing(connection: Any) -> None:
+            await connection.execute(text("UPDATE async_delegations SET state = 'done' WHERE delegation_id = 'd1'"))
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            await db._write(failing)  # rolled back as a whole
+
+        async def read(connection: Any) -> list[tuple[str, str]]:
+            rows = await connection.execute(text("SELECT delegation_id, state FROM async_delegations"))
+            return [tuple(r) for r in rows.fetchall()]
+
+        assert await db._read(read) == [("d1", "running")]
+        # The store's own writes still take the queue, beside the host's.
+        await db.create_session("s", "cli")
+        assert (await db.get_session("s"))["source"] == "cli"
+        rows = await db.dump_rows("async_delegations")
+        assert [r["delegation_id"] for r in rows] == ["d1"]
+        with pytest.raises(TypeError, match="operation must be a coroutine function"):
+            await db._write("DELETE FROM async_delegations")
+    finally:
+        await db.close()
+
+    reader = PostgresSessionDB(pg_dsn, read_only=True)
+    try:
+        assert await reader._read(read) == [("d1", "running")]
+        with pytest.raises(PermissionError):
+            await reader._write(insert)
+    finally:
+        await reader.close()
