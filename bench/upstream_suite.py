@@ -283,8 +283,9 @@ def unpack_sdist(exe: Path, workdir: Path, name: str, version: str) -> Path:
         download.mkdir(exist_ok=True)
         run([str(exe), "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", f"{name}=={version}",
              "-d", str(download)])
-        archive = next(p for p in download.iterdir() if p.name.lower().replace("-", "_").startswith(
-            f"{name.replace('-', '_')}-{version}") and p.name.endswith(".tar.gz"))
+        stem = f"{name}_{version}".replace("-", "_")
+        archive = next(p for p in download.iterdir()
+                       if p.name.lower().replace("-", "_").startswith(stem) and p.name.endswith(".tar.gz"))
         with tarfile.open(archive) as tar:
             tar.extractall(workdir / "unpacked", filter="data")
         shutil.move(str(workdir / "unpacked" / archive.name.removesuffix(".tar.gz")), dest)
