@@ -31,6 +31,7 @@ from ..commands.search import (
 from ..errors import FtsRepairNeeded, OperationalError, SearchTimeoutError
 from ..facade import StoreBase, count_arg, opt_text
 from ..limits import INT64_MAX
+from ..session_settings import bound_session_setting
 from .deadline import Deadline
 
 __all__ = ["SEARCH_RESULT_FIELDS", "SearchMethods"]
@@ -94,7 +95,10 @@ def _non_negative(value: Any, name: str) -> int:
 
 
 def _slow_ms(config: Any) -> float:
-    raw: Any = os.environ.get("HERMES_SEARCH_SLOW_MS")
+    """The slow-search threshold: the turn's bound ``search_slow_ms``, else the environment, else the config."""
+    raw: Any = bound_session_setting("search_slow_ms")
+    if raw is None:
+        raw = os.environ.get("HERMES_SEARCH_SLOW_MS")
     if raw is None or not str(raw).strip():
         raw = getattr(getattr(config, "sessions", None), "search_slow_ms", None)
     try:

@@ -24,6 +24,7 @@ from ..config import StoreConfig, load_config
 from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
 from .client_files import Connector
 from .config import PostgresConfig, load_postgres_config
+from .core_boundary import CoreBoundary
 from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs
 from .errors import is_busy, is_disconnect, to_store_error, unavailable
 from .lease_listener import LeaseReleaseListener
@@ -127,6 +128,13 @@ class PostgresBackend:
         self._endpoint = endpoint(dsn)
         self._shared_connector: Connector | None = None
         self._lease_listener = LeaseReleaseListener(self._connect_writer, self.lease_identity())
+        self._core: CoreBoundary | None = None
+
+    def core(self) -> CoreBoundary:
+        """The SQLAlchemy Core boundary for host SQL (``SessionDB._read`` / ``_write``), made on first use."""
+        if self._core is None:
+            self._core = CoreBoundary(self._connect_writer, self.pg_config)
+        return self._core
 
     def _connect_kwargs(self) -> dict[str, Any]:
         return self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
@@ -287,6 +295,9 @@ class PostgresBackend:
         return info
 
     async def close(self) -> None:
+        core, self._core = self._core, None
+        if core is not None:
+            await core.close()
         await self._lease_listener.close()
         pool, self.pool = self.pool, None
         writer, self._writer_conn = self._writer_conn, None

@@ -124,6 +124,8 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("event_json", "TEXT"), ("result_json", "TEXT"), ("delivery_state", "TEXT NOT NULL DEFAULT 'pending'"),
         ("delivery_attempts", "BIGINT NOT NULL DEFAULT 0"), ("delivered_at", _REAL), ("owner_pid", "BIGINT"),
         ("owner_started_at", "BIGINT"), ("task_json", "TEXT"), ("delivery_claim", "TEXT"), ("delivery_claimed_at", _REAL),
+        # async-hermes-agent's delegation leases (its PostgreSQL storage 3); the store itself never reads them.
+        ("origin_session_id", "TEXT NOT NULL DEFAULT ''"), ("owner_instance_id", "TEXT"), ("lease_expires_at", _REAL),
     ),
     # PostgreSQL only: each write batch inserts its token here in its own transaction, so a
     # writer that lost the COMMIT reply can look it up (hermes_state.postgres.outcome).
