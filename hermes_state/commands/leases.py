@@ -37,7 +37,8 @@ class AcquireTurnLease(Command, frozen=True):
     start time) is gone, is taken over. Held already by ``holder`` from this
     same process: True without extending, unless ``exclusive`` (then it
     counts as held by another turn). ``host``/``pid``/``started`` identify
-    the acquiring process. Resolves to ``(acquired, token, conversation_id)``.
+    the acquiring process. Resolves to ``(acquired, token, conversation_id, fresh)``,
+    ``fresh`` True when this acquire took the lease (not a re-entrant True).
     """
 
     session_id: str

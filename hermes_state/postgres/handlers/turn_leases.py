@@ -9,7 +9,9 @@ only) and takes the row over in place with a new token from the
 ``ON CONFLICT DO NOTHING`` lets exactly one of two racing acquires win.
 
 A release notifies ``hermes_turn_lease`` (delivered at COMMIT) so waiters in
-other processes wake at once (see ``lease_listener``).
+other processes wake at once (see ``lease_listener``). The notice names the
+conversation by ``md5(conversation_id)``: NOTIFY refuses payloads of 8,000
+bytes or more, and a conversation id may be longer than that.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ DELETE FROM session_turn_leases WHERE conversation_id IN (
 
 
 @handles(AcquireTurnLease)
-async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, int | None, str]:
+async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, int | None, str, bool]:
     row = await conn.fetchrow(_LOCK_SQL, cmd.session_id)
     key = row["key"]
     process = (cmd.host, cmd.pid, cmd.started)
@@ -68,16 +70,16 @@ async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, in
             row["holder_pid"], row["holder_started"], now,
         )
         if verdict == "held":
-            return True, row["token"], key
+            return True, row["token"], key, False
         if verdict == "busy":
-            return False, None, key
+            return False, None, key, False
         token = await conn.fetchval(_TAKE_SQL, key, cmd.holder, cmd.ttl_seconds, *process)
     else:
         token = await conn.fetchval(_CLAIM_SQL, key, cmd.holder, cmd.ttl_seconds, *process)
         if token is None:  # another acquire inserted first and committed: its lease
-            return False, None, key
+            return False, None, key, False
     await conn.execute(_SWEEP_SQL, SWEEP_GRACE_SECONDS, _SWEEP_BATCH)
-    return True, token, key
+    return True, token, key, True
 
 
 def _owner(token: int | None, first: int) -> str:
@@ -108,7 +110,7 @@ async def release_turn_lease(conn: Any, cmd: ReleaseTurnLease) -> tuple[bool, st
         + _owner(cmd.token, 3)
         + " RETURNING conversation_id) "
         f"SELECT (SELECT key FROM k) AS key, (SELECT count(*) FROM gone) AS released, "
-        f"(SELECT count(pg_notify('{LEASE_CHANNEL}', json_build_array(current_schema(), conversation_id)::text)) "
+        f"(SELECT count(pg_notify('{LEASE_CHANNEL}', json_build_array(current_schema(), md5(conversation_id))::text)) "
         "FROM gone) AS notified",
         *args,
     )

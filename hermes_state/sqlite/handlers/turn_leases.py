@@ -46,7 +46,7 @@ def _next_token(conn: Any) -> int:
 
 
 @handles(AcquireTurnLease)
-def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, int | None, str]:
+def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, int | None, str, bool]:
     now = time.time()
     key = conversation_key(conn, cmd.session_id)
     row = conn.execute(
@@ -57,9 +57,9 @@ def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, int | No
     if row is not None:
         verdict = turn_lease_takeover(cmd.holder, cmd.exclusive, row[0], float(row[2]), row[3], row[4], row[5], now)
         if verdict == "held":
-            return True, row[1], key
+            return True, row[1], key, False
         if verdict == "busy":
-            return False, None, key
+            return False, None, key, False
         conn.execute("DELETE FROM session_turn_leases WHERE conversation_id = ?", (key,))
     token = _next_token(conn)
     conn.execute(
@@ -72,7 +72,7 @@ def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, int | No
         "WHERE expires_at < ? ORDER BY expires_at LIMIT ?)",
         (now - SWEEP_GRACE_SECONDS, _SWEEP_BATCH),
     )
-    return True, token, key
+    return True, token, key, True
 
 
 def _owner_clause(token: int | None) -> str:
