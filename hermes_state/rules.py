@@ -41,6 +41,7 @@ __all__ = [
     "fence_renewal_due",
     "holder_process_is_dead",
     "turn_lease_takeover",
+    "turn_waiter_alive",
     "like_escape",
     "merged_model_config",
     "numbered_titles",
@@ -135,6 +136,11 @@ def turn_lease_takeover(
     if row_holder == holder and same_process and not exclusive:
         return "held"
     return "busy"
+
+
+def turn_waiter_alive(expires_at: float, host: str | None, pid: int | None, started: int | None, now: float) -> bool:
+    """Whether a queued turn-lease waiter still counts: its ticket not expired and its process (if local) running."""
+    return expires_at > now and not process_is_gone(host, pid, started)
 
 
 def merged_model_config(stored: str | None, given: str | None) -> str | None:

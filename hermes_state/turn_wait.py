@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .rules import turn_lease_takeover
+from .rules import turn_lease_takeover, turn_waiter_alive
 
 __all__ = ["ABORT_CHECK_SECONDS", "aborted", "could_acquire", "notify_wait", "sleep_until"]
 
@@ -23,14 +23,17 @@ ABORT_CHECK_SECONDS = 0.05
 
 
 def could_acquire(state: dict[str, Any], holder: str, exclusive: bool) -> bool:
-    """Whether the lease row read by ``turn_lease_state`` would let ``holder`` acquire now."""
-    if state["holder"] is None:
-        return True
-    verdict = turn_lease_takeover(
-        holder, exclusive, state["holder"], state["expires_at"], state["holder_host"], state["holder_pid"],
-        state["holder_started"], state["now"],
-    )
-    return verdict != "busy"
+    """Whether the lease row and queue read by ``turn_lease_state`` would let ``holder`` acquire now."""
+    if state["holder"] is not None:
+        verdict = turn_lease_takeover(
+            holder, exclusive, state["holder"], state["expires_at"], state["holder_host"], state["holder_pid"],
+            state["holder_started"], state["now"],
+        )
+        if verdict == "held":
+            return True
+        if verdict == "busy":
+            return False
+    return not any(turn_waiter_alive(float(w[0]), w[1], w[2], w[3], state["now"]) for w in state.get("ahead", ()))
 
 
 def aborted(should_abort: Callable[[], bool] | None) -> bool:

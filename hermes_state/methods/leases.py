@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple
 
-from ..commands.leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease
+from ..commands.leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, WithdrawTurnTicket
 from ..errors import OperationalError, StoreClosedError, classify_persistence_error
 from ..facade import DEFAULT_PATIENCE, StoreBase
 from ..lease_host import process_identity
@@ -42,6 +42,9 @@ log = logging.getLogger("hermes_state")
 # many times, with these pauses between, before its error reaches the caller.
 RELEASE_ATTEMPTS = 3
 RELEASE_PAUSES = (0.05, 0.25)
+# A waiter's place in the queue lasts this long unless renewed; a waiting caller renews it a
+# third of the way, so a waiter that stalls or dies (on another host) holds the queue up that long at most.
+WAITER_TTL_SECONDS = 15.0
 
 
 def _seconds_arg(value: Any, name: str) -> float:
@@ -84,7 +87,7 @@ class TurnLeaseMethods(StoreBase):
         patience = DEFAULT_PATIENCE if patience_s is None else _seconds_arg(patience_s, "patience_s")
         if sid is None or who is None:
             return False
-        granted = await self._acquire_turn(sid, who, ttl, patience, exclusive=False)
+        granted, _ = await self._acquire_turn(sid, who, ttl, patience, exclusive=False)
         return granted is not None
 
     async def acquire_session_turn_lease(
@@ -214,37 +217,50 @@ class TurnLeaseMethods(StoreBase):
         return str(self._backend.lease_identity())  # type: ignore[attr-defined]
 
     async def _acquire_turn(
-        self, session_id: str, holder: str, ttl: float, patience: float, *, exclusive: bool
-    ) -> Acquired | None:
-        """One acquire transaction; the grant, or None when somebody else holds the lease.
+        self, session_id: str, holder: str, ttl: float, patience: float, *, exclusive: bool,
+        ticket: int | None = None, queue: bool = False,
+    ) -> tuple[Acquired | None, int | None]:
+        """One acquire transaction; the grant (None when it is somebody else's turn) and the caller's ticket.
 
-        Cancellation-safe: the transaction is shielded, and a caller cancelled
-        while it is queued, running or just committed gets its
-        ``CancelledError`` only after a lease it took was released again (by
-        holder and token, so nobody else's). A lease the holder already had
-        before the call (a re-entrant acquire) is left alone.
+        With ``queue`` a caller that does not get the lease keeps its place
+        in the queue (``ticket``), or joins it. Cancellation-safe: the
+        transaction is shielded, and a caller cancelled while it is queued,
+        running or just committed gets its ``CancelledError`` only after a
+        lease it took was released again (by holder and token, so nobody
+        else's) and a ticket it drew was withdrawn. A lease the holder
+        already had before the call (a re-entrant acquire) is left alone.
         """
         host, pid, started = process_identity()
         command = AcquireTurnLease(
             session_id=session_id, holder=holder, ttl_seconds=ttl, host=host, pid=pid, started=started,
-            exclusive=exclusive,
+            exclusive=exclusive, ticket=ticket, queue=queue, queue_ttl_seconds=WAITER_TTL_SECONDS,
         )
         write = asyncio.ensure_future(self._write(command, patience=patience))
         try:
-            acquired, token, conversation, _fresh = await asyncio.shield(write)
+            acquired, token, conversation, _fresh, ticket = await asyncio.shield(write)
         except asyncio.CancelledError:
             await self._settle(self._undo_acquire(write, session_id, holder))
             raise
-        return Acquired(token, conversation, 0.0) if acquired else None
+        return (Acquired(token, conversation, 0.0) if acquired else None), ticket
 
     async def _undo_acquire(self, write: asyncio.Future[Any], session_id: str, holder: str) -> None:
-        """Release what the acquire ``write`` took for a caller that was cancelled meanwhile."""
+        """Release what the acquire ``write`` took (or leave the queue it joined) for a cancelled caller."""
         try:
-            acquired, token, _conversation, fresh = await write
+            acquired, token, _conversation, fresh, ticket = await write
         except Exception:  # it failed: it took nothing
             return
         if acquired and fresh:
             await self._release_turn(session_id, holder, token)
+        elif ticket is not None:
+            await self._withdraw_ticket(ticket)
+
+    async def _withdraw_ticket(self, ticket: int) -> None:
+        """Leave the queue; the waiter now first (if the lease is free) is woken."""
+        withdrawn, conversation = await self._write(
+            WithdrawTurnTicket(ticket=ticket), during_close=self._closed and self._opened
+        )
+        if withdrawn:
+            await self._announce_release(conversation)
 
     async def _settle(self, cleanup: Coroutine[Any, Any, None]) -> None:
         """Run ``cleanup`` to its end even if the caller is cancelled (again); ``close()`` waits for it."""
@@ -321,32 +337,47 @@ class TurnLeaseMethods(StoreBase):
         deadline = started + wait_seconds
         last_notice: float | None = None
         first = True  # granted at the first look: the caller did not wait
-        state = await self._query("turn_lease_state", session_id)
-        with release_waiter(self._lease_database(), state["conversation_id"]) as released:
-            if not could_acquire(state, holder, exclusive):
-                state = await self._query("turn_lease_state", session_id)  # the look after registering
-            while True:
-                if aborted(should_abort):
-                    return None
-                if could_acquire(state, holder, exclusive):
-                    try:
-                        granted = await self._acquire_turn(session_id, holder, ttl, patience, exclusive=exclusive)
-                    except OperationalError as exc:
-                        if classify_persistence_error(exc) != "locked":
-                            raise
-                        granted = None  # another process kept the file locked past the patience: look again
-                    if granted is not None:
-                        return granted._replace(waited=0.0 if first else loop.time() - started)
-                first = False
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    return None
-                elapsed = loop.time() - started
-                if on_wait is not None and (last_notice is None or notice <= 0 or elapsed - last_notice >= notice):
-                    last_notice = elapsed
-                    await notify_wait(on_wait, elapsed)
-                await sleep_until(released, min(poll, max(0.0, deadline - loop.time())), should_abort)
-                state = await self._query("turn_lease_state", session_id)
+        ticket: int | None = None  # our place in the conversation's queue, once we joined it
+        renew_at = 0.0
+        try:
+            state = await self._query("turn_lease_state", session_id)
+            with release_waiter(self._lease_database(), state["conversation_id"]) as released:
+                if not could_acquire(state, holder, exclusive):
+                    state = await self._query("turn_lease_state", session_id)  # the look after registering
+                while True:
+                    if aborted(should_abort):
+                        return None
+                    # Write when the lease could be ours, to join the queue, or to renew our place in it.
+                    joining = ticket is None and wait_seconds > 0
+                    if could_acquire(state, holder, exclusive) or joining or (ticket is not None and loop.time() >= renew_at):
+                        try:
+                            granted, ticket = await self._acquire_turn(
+                                session_id, holder, ttl, patience, exclusive=exclusive, ticket=ticket,
+                                queue=wait_seconds > 0,
+                            )
+                        except OperationalError as exc:
+                            if classify_persistence_error(exc) != "locked":
+                                raise
+                            granted = None  # another process kept the file locked past the patience: look again
+                        if granted is not None:
+                            return granted._replace(waited=0.0 if first else loop.time() - started)
+                        renew_at = loop.time() + WAITER_TTL_SECONDS / 3
+                    first = False
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        return None
+                    elapsed = loop.time() - started
+                    if on_wait is not None and (last_notice is None or notice <= 0 or elapsed - last_notice >= notice):
+                        last_notice = elapsed
+                        await notify_wait(on_wait, elapsed)
+                    pause = min(poll, max(0.0, deadline - loop.time()))
+                    if ticket is not None:
+                        pause = min(pause, max(0.0, renew_at - loop.time()))
+                    await sleep_until(released, pause, should_abort)
+                    state = await self._query("turn_lease_state", session_id, ticket)
+        finally:
+            if ticket is not None:  # timed out, aborted, failed or cancelled: leave the queue
+                await self._settle(self._withdraw_ticket(ticket))
 
 
 def _cleanup_done(pending: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
