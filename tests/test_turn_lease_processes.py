@@ -197,3 +197,39 @@ def _send(proc: subprocess.Popen[str], line: str) -> None:
     assert proc.stdin is not None
     proc.stdin.write(line + "\n")
     proc.stdin.flush()
+
+
+def self_handoffs(holders: list[str]) -> dict[str, float]:
+    """Per worker: the share of its releases whose next turn went back to it, while another worker still had turns."""
+    last_turn = {who: k for k, who in enumerate(holders)}
+    counted: dict[str, list[int]] = {}
+    for k in range(len(holders) - 1):
+        who = holders[k]
+        if any(last > k for other, last in last_turn.items() if other != who):  # somebody else still waited
+            counted.setdefault(who, []).append(holders[k + 1] == who)
+    return {who: sum(flags) / len(flags) for who, flags in counted.items()}
+
+
+@pytest.mark.slow
+async def test_turns_go_to_waiters_in_the_order_they_began_waiting(target: str) -> None:
+    """Four processes loop over 10 ms turns: a releasing process re-queues behind the others instead of winning again."""
+    await seed(target)
+    go = Path(target + ".go") if not target.startswith("postgresql") else Path(os.environ["HERMES_HOME"]) / "go-fair"
+    turns = 12
+    procs = [worker("fair", target, "s", f"w{k}", f"{turns}:{go}") for k in range(4)]
+    try:
+        for proc in procs:
+            assert await asyncio.to_thread(line_of, proc, 120) == "ready"
+        go.touch()
+        reports = [json.loads(await asyncio.to_thread(line_of, proc, 120)) for proc in procs]
+        for proc in procs:
+            assert await asyncio.to_thread(proc.wait, 60) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    holders = [text.split(":")[0] for text in await contents(target, "s")]
+    assert len(holders) == 4 * turns
+    shares = self_handoffs(holders)
+    assert max(shares.values()) <= 0.25, (shares, holders)
+    assert all(r["longest_wait"] < 10.0 for r in reports)
