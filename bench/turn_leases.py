@@ -47,6 +47,8 @@ if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+# p95 of a hand-off to a waiter in another process (SQLite: through the wake-up sockets).
+CROSS_PROCESS_TARGETS = {"sqlite": 0.020, "postgres": 0.200}
 TARGETS = {("sqlite", "sequential"): 1.10, ("sqlite", "agents"): 1.10, ("postgres", "agents"): 1.20}
 
 
@@ -249,7 +251,10 @@ async def handoff_in_process(backend: Backend, rounds: int, baseline_rounds: int
 
 _CHILD = """
 import asyncio, sys, time
-from hermes_state.postgres import SessionDB
+if sys.argv[1].startswith("postgresql"):
+    from hermes_state.postgres import SessionDB
+else:
+    from hermes_state import SessionDB
 
 async def main():
     db = SessionDB(sys.argv[1])
@@ -303,7 +308,7 @@ async def handoff_across_processes(backend: Backend, rounds: int, baseline_round
         child.stdin.close()
         child.wait(timeout=30)
         await db.close()
-    return _handoff_lines(f"{backend.name:8} two processes", ours, theirs, 0.200)
+    return _handoff_lines(f"{backend.name:8} two processes", ours, theirs, CROSS_PROCESS_TARGETS[backend.name])
 
 
 # ------------------------------------------------------------------------------- main
@@ -329,10 +334,9 @@ async def main() -> int:
             async with Backend(name, dsn) as backend:
                 for line in await handoff_in_process(backend, args.handoffs, max(5, args.handoffs // 3)):
                     print(line, flush=True)
-            if name == "postgres":
-                async with Backend(name, dsn) as backend:
-                    for line in await handoff_across_processes(backend, args.handoffs, max(5, args.handoffs // 3)):
-                        print(line, flush=True)
+            async with Backend(name, dsn) as backend:
+                for line in await handoff_across_processes(backend, args.handoffs, max(5, args.handoffs // 3)):
+                    print(line, flush=True)
     print(f"load at the end {os.getloadavg()[0]:.2f}")
     return 0
 

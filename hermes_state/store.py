@@ -36,7 +36,8 @@ from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_t
 from .limits import NOT_JSON, check_json_value, int64_arg, json_text, parse_json_text
 from .methods.compression import CompressionMethods
 from .methods.health import HealthMethods
-from .methods.leases import TurnLeaseMethods, transcript_fence
+from .methods.leases import TurnLeaseMethods
+from .turn_fence import transcript_fence
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
 from .methods.rows import RowMethods

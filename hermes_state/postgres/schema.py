@@ -112,6 +112,12 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("token", "BIGINT NOT NULL DEFAULT 0"), ("holder_host", "TEXT"), ("holder_pid", "BIGINT"),
         ("holder_started", "BIGINT"),
     ),
+    # The queue of each conversation's turn lease: one row per waiter, the lowest live ticket goes next.
+    "session_turn_waiters": (
+        ("ticket", "BIGINT PRIMARY KEY"), ("conversation_id", "TEXT NOT NULL"), ("holder", "TEXT NOT NULL"),
+        ("expires_at", f"{_REAL} NOT NULL"), ("holder_host", "TEXT"), ("holder_pid", "BIGINT"),
+        ("holder_started", "BIGINT"),
+    ),
     # Written by other components (gateway, async-delegation tool), carried by copies: SQLite's columns.
     "gateway_routing": (
         ("scope", "TEXT NOT NULL DEFAULT ''"), ("session_key", "TEXT NOT NULL"), ("entry_json", "TEXT NOT NULL"),
@@ -169,6 +175,7 @@ INDEXES: dict[str, str] = {
     "idx_messages_platform_msg_id": "messages (session_id, platform_message_id) WHERE platform_message_id IS NOT NULL",
     "idx_compression_locks_expires": "compression_locks (expires_at)",
     "idx_session_turn_leases_expires": "session_turn_leases (expires_at)",
+    "idx_session_turn_waiters_conversation": "session_turn_waiters (conversation_id, ticket)",
     "idx_sessions_conversation": "sessions (conversation_id)",
     "idx_session_model_usage_session": "session_model_usage (session_id)",
     "idx_session_model_usage_model": "session_model_usage (model)",

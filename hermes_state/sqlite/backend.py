@@ -32,6 +32,7 @@ from .driver import (
     to_stdlib_error,
 )
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
+from .lease_sockets import LeaseWakeSockets
 from .queries import SEARCH_QUERIES, query_for
 from .safety import preflight, record_init_error
 from .schema import ensure_schema
@@ -459,6 +460,20 @@ class SQLiteBackend:
         """
         return self._identity or str(self.path)
 
+    def _wake_sockets(self) -> LeaseWakeSockets:
+        wake = self.__dict__.get("_wake")
+        if wake is None:
+            wake = self.__dict__["_wake"] = LeaseWakeSockets(self.path, self.lease_identity())
+        return wake
+
+    async def watch_lease_releases(self) -> bool:
+        """Listen for turn-lease releases of other processes on this host (once); returns whether it does."""
+        return await self._wake_sockets().ensure()
+
+    async def announce_lease_release(self, key: str) -> None:
+        """Wake the waiters of other processes on this host for the conversation whose wake key is ``key``."""
+        await self._wake_sockets().announce(key)
+
     def write_refusal(self) -> Exception | None:
         """The error every write raises before it is queued, once the file is known to be damaged."""
         if self.damaged is None:
@@ -563,6 +578,9 @@ class SQLiteBackend:
 
     async def close(self) -> None:
         self._shut = True
+        wake = self.__dict__.get("_wake")
+        if wake is not None:
+            await wake.close()
         await self._release()
 
     async def _release(self) -> None:
