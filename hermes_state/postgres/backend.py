@@ -31,7 +31,7 @@ from .pool import ConnectionPool
 from .queries import query_for
 from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
-from .schema import check_schema_read_only, ensure_schema
+from .migration import check_schema_read_only, ensure_schema
 from .text_values import nul_refusal
 from .writer import BatchToken, apply_batch
 
