@@ -40,7 +40,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from .config import PostgresConfig
-from .errors import is_disconnect, unavailable
+from .errors import is_disconnect
+from .failover import connect_error
 
 __all__ = ["PoolTimeoutError", "ConnectionPool"]
 
@@ -87,8 +88,11 @@ class ConnectionPool:
 
         try:
             conn = await asyncpg.connect(self._dsn, **self._kwargs)
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise unavailable(self._endpoint, exc) from exc
+        except Exception as exc:
+            err = connect_error(self._endpoint, exc)
+            if err is None:
+                raise
+            raise err from exc
         return _Entry(conn, time.monotonic())
 
     def _stale(self, entry: _Entry) -> bool:
