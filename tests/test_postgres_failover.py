@@ -13,6 +13,7 @@ import collections
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -166,9 +167,30 @@ async def test_a_lost_commit_reply_is_resolved_across_a_restart_within_the_defau
     assert await _contents(pg_primary.multi_host_url()) == ["first", "in doubt"]
 
 
-async def test_the_outcome_window_is_configurable_and_an_unknown_outcome_names_the_hosts(pg_primary: Cluster) -> None:
+def test_the_outcome_window_config_key_is_validated_and_wins_over_the_url() -> None:
+    from hermes_state.errors import ConfigError
+    from hermes_state.postgres.backend import PostgresBackend
+    from hermes_state.postgres.config import parse_postgres_config
+
+    for bad in (0, -1, "30", True, float("inf")):
+        with pytest.raises(ConfigError, match="database.postgres.commit_outcome_timeout"):
+            parse_postgres_config({"commit_outcome_timeout": bad})
+    backend = PostgresBackend("postgresql+asyncpg://h/db?commit_outcome_timeout=7", read_only=False)
+    assert backend.commit_outcome_timeout() == 7
+    backend.pg_config = parse_postgres_config({"commit_outcome_timeout": 2.5})
+    assert backend.commit_outcome_timeout() == 2.5
+    assert PostgresBackend("postgresql+asyncpg://h/db", read_only=False).commit_outcome_timeout() == 30
+
+
+@pytest.mark.parametrize("where", ["url", "config"])
+async def test_the_outcome_window_is_configurable_and_an_unknown_outcome_names_the_hosts(
+    pg_primary: Cluster, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     primary = pg_primary.primary
-    db = SessionDB(pg_primary.multi_host_url(query="commit_outcome_timeout=1"))
+    if where == "config":
+        (tmp_path / "config.yaml").write_text("database:\n  postgres:\n    commit_outcome_timeout: 1\n")
+        monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    db = SessionDB(pg_primary.multi_host_url(query="commit_outcome_timeout=1" if where == "url" else ""))
     try:
         pending = await _lost_reply(db, pg_primary)
         started = time.monotonic()
