@@ -107,7 +107,7 @@ class Schemas:
             await conn.execute(f'CREATE SCHEMA "{name}"')
             self.made[label] = name
             if with_tables:  # the store's own DDL, so every contender pays for the same indexes
-                from hermes_state.postgres.schema import ensure_schema
+                from hermes_state.postgres.migration import ensure_schema
 
                 await conn.execute(f'SET search_path TO "{name}"')
                 await ensure_schema(conn)

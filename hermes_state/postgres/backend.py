@@ -25,15 +25,17 @@ from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotApplied
 from .client_files import Connector
 from .config import PostgresConfig, load_postgres_config
 from .core_boundary import CoreBoundary
-from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs
-from .errors import is_busy, is_disconnect, to_store_error, unavailable
+from .dsn import asyncpg_dsn, commit_outcome_timeout, endpoint, redact_dsn, url_connect_kwargs
+from .errors import is_busy, is_disconnect, to_store_error
+from .failover import DEFAULT_COMMIT_OUTCOME_TIMEOUT, connect_error, is_read_only_error, no_writable_server, writable_target
+from .hosts import peer
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
 from .pool import ConnectionPool, drop_connection
 from .queries import query_for
 from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
-from .schema import check_schema_read_only, ensure_schema
+from .migration import check_schema_read_only, ensure_schema
 from .text_values import nul_refusal
 from .writer import BatchToken, apply_batch
 
@@ -80,6 +82,11 @@ class PostgresReader:
         try:
             return await self._run(pool, fn, args, begin_with)
         except Exception as exc:
+            if is_disconnect(exc) and not isinstance(exc, (DatabaseUnavailableError, TimeoutError)):
+                raise DatabaseUnavailableError(
+                    f"lost the connection to PostgreSQL at {self._backend.endpoint} twice during a read "
+                    f"({type(exc).__name__}: {exc})"
+                ) from exc
             raise to_store_error(exc) from exc
 
     @staticmethod
@@ -125,7 +132,8 @@ class PostgresBackend:
         self._last_token: str | None = None  # deleted by the next batch's transaction
         self.reconnects = 0  # writer connections replaced after a loss (writer_stats)
         self._facts: dict[str, Any] = {}
-        self._endpoint = endpoint(dsn)
+        self.endpoint = endpoint(dsn)  # the URL's host list, for errors before a connection exists
+        self._writer_at = self.endpoint  # the host the writer connection talks to
         self._shared_connector: Connector | None = None
         self._lease_listener = LeaseReleaseListener(self._connect_writer, self.lease_identity())
         self._core: CoreBoundary | None = None
@@ -137,7 +145,16 @@ class PostgresBackend:
         return self._core
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        return self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
+        kwargs = self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
+        # A writable store reads its own writes from the primary too, so both connect to a writable host.
+        return kwargs if self.read_only else {**kwargs, **writable_target(self.dsn)}
+
+    def commit_outcome_timeout(self) -> float:
+        """Seconds to keep reconnecting to resolve a lost COMMIT reply: config.yaml, else the URL, else 30."""
+        configured = self.pg_config.commit_outcome_timeout
+        if configured is None:
+            configured = commit_outcome_timeout(self.dsn)
+        return DEFAULT_COMMIT_OUTCOME_TIMEOUT if configured is None else configured
 
     def _connector(self) -> Connector:
         """The connector every connection of this store opens through (one, so it learns the server's TLS answer)."""
@@ -148,9 +165,26 @@ class PostgresBackend:
     async def _connect_writer(self) -> Any:
         load_driver()
         try:
-            return await self._connector().connect()
-        except (OSError, TimeoutError) as exc:
-            raise unavailable(self._endpoint, exc) from exc
+            conn = await self._connector().connect()
+        except Exception as exc:
+            err = connect_error(self.endpoint, exc)
+            if err is None:
+                raise
+            raise err from exc
+        if self.read_only:
+            return conn
+        where = peer(conn, self.endpoint)
+        try:
+            # The URL may choose target_session_attrs=any: a standby must still not become the writer.
+            read_only = await conn.fetchval("SHOW transaction_read_only") == "on"
+        except BaseException:
+            conn.terminate()
+            raise
+        if read_only:
+            conn.terminate()
+            raise no_writable_server(where)
+        self._writer_at = where
+        return conn
 
     async def open(self) -> None:
         load_driver()
@@ -158,7 +192,7 @@ class PostgresBackend:
         self.config, self.pg_config = await asyncio.to_thread(_load_configs, self.home)
         try:
             self._shared_connector = None  # the config was just (re)read
-            self.pool = ConnectionPool(self._connector(), self.pg_config, self._endpoint)
+            self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
             await self.pool.open()
             if self.read_only:
                 async with self.pool.acquire() as conn:
@@ -183,7 +217,7 @@ class PostgresBackend:
         writer, self._writer_conn = self._writer_conn, None
         drop_connection(writer)
         self._lease_listener.discard()
-        self.pool = ConnectionPool(self._connector(), self.pg_config, self._endpoint)
+        self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
         await self.pool.open()
         if not self.read_only:
             self._writer_conn = await self._connect_writer()
@@ -195,7 +229,8 @@ class PostgresBackend:
         was lost); raises :class:`WriteNotAppliedError` when it provably did
         not (the actor then retries it once). Batches with a standalone
         command run several transactions and carry no token: a connection
-        lost under them raises the driver's error.
+        lost under them raises :class:`DatabaseUnavailableError`. Every error
+        names the host the writer was talking to (or the URL's host list).
         """
         if self.pool is None:
             raise StoreClosedError()
@@ -207,19 +242,36 @@ class PostgresBackend:
                 await self._replace_writer()
             outcomes = await apply_batch(self._writer_conn, commands, token, done)
         except Exception as exc:
+            where = self._writer_at
+            if is_read_only_error(exc):
+                # The server turned read-only (demoted or fenced primary): the statement failed, so
+                # nothing of the batch committed; the next connection looks for a writable host.
+                await self._drop_writer()
+                said = (
+                    f"PostgreSQL at {where} refused a write because it is read-only now (a standby after a "
+                    f"failover, or set read-only); the next write reconnects to a writable host at {self.endpoint}"
+                )
+                if token is None:
+                    raise DatabaseUnavailableError(f"{said} ({exc})") from exc
+                raise WriteNotAppliedError(f"{said}; this write was not applied ({exc})") from exc
             if not (is_disconnect(exc) or self._writer_conn is None or self._writer_conn.is_closed()):
                 raise to_store_error(exc) from exc
             # The server ends the open transaction with the session; reconnect.
             await self._drop_writer()
-            if token is None or isinstance(exc, WriteNotAppliedError):
+            if isinstance(exc, WriteNotAppliedError) or (token is None and isinstance(exc, DatabaseUnavailableError)):
                 raise
+            if token is None:
+                raise DatabaseUnavailableError(
+                    f"lost the connection to PostgreSQL at {where} during a write of several transactions; "
+                    f"the ones before the loss committed ({type(exc).__name__}: {exc})"
+                ) from exc
             # ``done`` is filled just before COMMIT is sent: without it the server
             # never saw a COMMIT, so nothing committed; with it, ask the server.
             if done and await self._committed(token.token, exc):
                 self._last_token = token.token
                 return done[-1]
             raise WriteNotAppliedError(
-                f"the connection to PostgreSQL at {self._endpoint} was lost before this write committed; "
+                f"the connection to PostgreSQL at {where} was lost before this write committed; "
                 f"it was not applied ({type(exc).__name__}: {exc})"
             ) from exc
         if token is not None:
@@ -232,22 +284,36 @@ class PostgresBackend:
         self.reconnects += 1
 
     async def _committed(self, token: str, cause: BaseException) -> bool:
-        """Ask a fresh writer connection whether ``token``'s batch committed (a few tries, then give up)."""
+        """Ask a fresh writer connection whether ``token``'s batch committed.
+
+        Keeps reconnecting (to whichever listed host is writable: after a failover, the promoted
+        standby) for :meth:`commit_outcome_timeout` seconds, then gives up with the outcome unknown.
+        """
+        window = self.commit_outcome_timeout()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + window
         last: BaseException = cause
-        for pause in (0.0, 0.2, 1.0):
-            await asyncio.sleep(pause)
+        pause = 0.0
+        while (remaining := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(pause, remaining))
             try:
-                await self._replace_writer()
-                return await batch_committed(self._writer_conn, token)
+                return await asyncio.wait_for(self._ask_committed(token), max(deadline - loop.time(), 0.001))
             except Exception as exc:
-                if not is_disconnect(exc) and not isinstance(exc, ConnectionError):
+                lost = isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError))
+                if not (lost or is_disconnect(exc) or is_read_only_error(exc)):
                     raise
                 last = exc
                 await self._drop_writer()
+            pause = min(pause * 2 or 0.1, 1.0)
         raise DatabaseUnavailableError(
-            f"lost the connection to PostgreSQL at {self._endpoint} while committing a write and could not "
-            f"reconnect to learn whether it committed; its outcome is unknown ({type(last).__name__}: {last})"
+            f"lost the connection to PostgreSQL at {self._writer_at} while committing a write and found no "
+            f"writable server at {self.endpoint} within {window:g} s (commit_outcome_timeout) to learn whether "
+            f"it committed; its outcome is unknown ({type(last).__name__}: {last})"
         ) from cause
+
+    async def _ask_committed(self, token: str) -> bool:
+        await self._replace_writer()
+        return await batch_committed(self._writer_conn, token)
 
     async def _drop_writer(self) -> None:
         conn, self._writer_conn = self._writer_conn, None

@@ -51,6 +51,9 @@ class PostgresConfig(msgspec.Struct, frozen=True, kw_only=True):
     pool_pre_ping: bool = True
     pool_use_lifo: bool = False
     connect_args: ConnectArgs = msgspec.field(default_factory=ConnectArgs)
+    # Seconds to keep reconnecting to learn whether a write whose COMMIT reply was lost committed
+    # (None: the URL's ``commit_outcome_timeout``, else the backend's default).
+    commit_outcome_timeout: float | None = None
 
     def connect_kwargs(self, *, read_only: bool, base: dict[str, Any] | None = None) -> dict[str, Any]:
         """The keyword arguments every new connection gets; read-only forces the server setting.
@@ -188,7 +191,7 @@ def parse_postgres_config(raw: Any) -> PostgresConfig:
         return PostgresConfig()
     if not isinstance(raw, dict):
         raise ConfigError(f"{_PREFIX} must be a mapping")
-    _unknown(raw, (*(k for k, _, _ in _POOL_NUMBERS), *_POOL_FLAGS, "connect_args"), _PREFIX)
+    _unknown(raw, (*(k for k, _, _ in _POOL_NUMBERS), *_POOL_FLAGS, "connect_args", "commit_outcome_timeout"), _PREFIX)
     values: dict[str, Any] = {}
     for key, integer, minimum in _POOL_NUMBERS:
         if key in raw:
@@ -196,6 +199,10 @@ def parse_postgres_config(raw: Any) -> PostgresConfig:
     for key in _POOL_FLAGS:
         if key in raw:
             values[key] = _boolean(raw, key)
+    if raw.get("commit_outcome_timeout") is not None:
+        values["commit_outcome_timeout"] = float(
+            _number(raw, "commit_outcome_timeout", _PREFIX, integer=False, minimum=0, strict_min=True)
+        )
     values["connect_args"] = _connect_args(raw.get("connect_args"))
     return PostgresConfig(**values)
 

@@ -43,7 +43,8 @@ from typing import Any
 
 from .client_files import Connector
 from .config import PostgresConfig
-from .errors import is_disconnect, unavailable
+from .errors import is_disconnect
+from .failover import connect_error
 
 __all__ = ["PoolTimeoutError", "ConnectionPool", "drop_connection"]
 
@@ -87,8 +88,11 @@ class ConnectionPool:
     async def _connect(self) -> _Entry:
         try:
             conn = await self._connector.connect()
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise unavailable(self._endpoint, exc) from exc
+        except Exception as exc:
+            err = connect_error(self._endpoint, exc)
+            if err is None:
+                raise
+            raise err from exc
         return _Entry(conn, time.monotonic())
 
     def _stale(self, entry: _Entry) -> bool:

@@ -12,11 +12,12 @@ the extension can be had; :mod:`.search_schema`), and an explicit
 ``content_kind`` column for structured content (PostgreSQL TEXT cannot hold
 the NUL marker SQLite uses).
 
-This module declares the layout (an added table, column, index, function or
-trigger, or a changed definition, needs nothing more: the next open adds or
-replaces it; a change that existing rows must follow raises
-:data:`.layout.LAYOUT` and teaches :mod:`.migration` the step).
-:mod:`.migration` opens it: a catalog check under the advisory lock that runs
+This module only declares the layout and imports no sibling that reads it
+(an added table, column, index, function or trigger, or a changed
+definition, needs nothing more: the next open adds or replaces it; a change
+that existing rows must follow raises :data:`.layout.LAYOUT` and teaches
+:mod:`.migration` the step). :mod:`.migration` opens it
+(``ensure_schema``, ``check_schema_read_only``): a catalog check under the advisory lock that runs
 no DDL when the schema is current, else one atomic migration in place from
 any layout it knows (an empty schema, earlier hermes-state layouts,
 async-hermes-agent's), and a ``RuntimeError`` for a shape it does not.
@@ -25,7 +26,6 @@ async-hermes-agent's), and a ``RuntimeError`` for a shape it does not.
 
 from __future__ import annotations
 
-from typing import Any
 
 from .conversations import CONVERSATION_FUNCTIONS, CONVERSATION_TRIGGERS
 from .search_schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
@@ -40,8 +40,6 @@ __all__ = [
     "SEARCH_DOCUMENT",
     "SEARCH_INDEX",
     "TABLES",
-    "check_schema_read_only",
-    "ensure_schema",
 ]
 
 SCHEMA_VERSION = 25
@@ -211,16 +209,3 @@ def _add_column_type(kind: str) -> str:
     # Columns added to an existing table get the type and default, not the key.
     return kind.replace(" PRIMARY KEY", "")
 
-
-async def ensure_schema(conn: Any) -> dict[str, Any]:
-    """Check, or migrate in place, the schema of a writable store (see :mod:`.migration`); returns facts."""
-    from .migration import ensure_schema as handshake
-
-    return await handshake(conn)
-
-
-async def check_schema_read_only(conn: Any) -> dict[str, Any]:
-    """Validate a read-only store's schema without writing (see :mod:`.migration`); returns facts."""
-    from .migration import check_schema_read_only as check
-
-    return await check(conn)
