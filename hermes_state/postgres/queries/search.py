@@ -32,15 +32,18 @@ from typing import Any, NamedTuple
 from ...previews import context_text
 from ...search_text.sanitize import (
     OPERATORS,
+    BooleanGroup,
     contains_cjk,
     count_cjk,
     like_pattern,
+    literal_groups,
+    needs_literal,
     plain_tokens,
     quote_for_substring_index,
     sanitize_fts5_query,
     trigram_eligible,
 )
-from ...search_text.snippet import bounded_snippet, phrase_pattern
+from ...search_text.snippet import bounded_snippet, literal_snippet, phrase_pattern
 from ..content import from_columns
 from ..schema import SEARCH_COLUMN
 from ..search_schema import CJK_ROWS, TRIGRAM_DOCUMENT
@@ -164,6 +167,8 @@ class _Search(NamedTuple):
     include_inactive: bool
     with_snippet: bool
     with_context: bool = False
+    # The user's text as literal substring groups, when word search cannot find it as typed.
+    literal: tuple[BooleanGroup, ...] | None = None
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -536,6 +541,37 @@ async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, A
     return [_hit(r, pattern, True, req.with_context) for r in rows]
 
 
+def _literal_match(groups: tuple[BooleanGroup, ...]) -> Match:
+    """(condition, parameters): some group has all its positive terms and none of its negative
+    ones as substrings of content, tool_name or tool_calls (tool rows included)."""
+    params: list[Any] = []
+    ors = []
+    for group in groups:
+        ands = [_substring_term(params, t, False) for t in dict.fromkeys(group.positive)]
+        ands += [f"NOT {_substring_term(params, t, False)}" for t in dict.fromkeys(group.negative)]
+        ors.append("(" + " AND ".join(ands) + ")")
+    return "(" + " OR ".join(ors) + ")", params
+
+
+async def _literal_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
+    """What word search cannot find as typed (``C#``, ``status=502``, a URL): every term a literal
+    substring (OR/NOT kept), tool rows included, newest first (oldest for ``sort="oldest"``).
+
+    The newest rows are tried first (see :func:`_run_in_time_order`); hits are marked in the snippet.
+    """
+    if not req.literal:
+        return []
+    match = _literal_match(req.literal)
+    rows = await _run_in_time_order(conn, req, match, match, _direction(req))
+    hits = [_hit(r, None, True, req.with_context) for r in rows]
+    if req.with_snippet:
+        terms = [term for group in req.literal for term in group.positive]
+        for hit, record in zip(hits, rows):
+            texts = [_plain(hit["content"]), record["tool_name"] or "", record["tool_calls"] or ""]
+            hit["snippet"] = literal_snippet(texts, terms)
+    return hits
+
+
 def _fts5_rejects(match: str) -> bool:
     """True where FTS5 raises a syntax error: an unquoted term with a character no bareword may hold.
 
@@ -552,18 +588,22 @@ def _fts5_rejects(match: str) -> bool:
 
 async def _route(conn: Any, req: _Search) -> tuple[str, list[dict[str, Any]]]:
     raw = req.query.strip('"').strip()
+    if not req.query:  # nothing left for word search (":)", "()"): only the literal match can answer
+        return "literal", await _literal_hits(conn, req)
     if contains_cjk(req.query):
         cjk_tokens = [tok for tok in plain_tokens(raw) if contains_cjk(tok)]
         if count_cjk(raw) >= 3 and all(count_cjk(tok) >= 3 for tok in cjk_tokens) and not req.wants_tool_rows:
             return "trigram", await _substring_hits(conn, req, raw)
         return "like_scan", await _cjk_like(conn, req, raw)
-    if _fts5_rejects(req.query):
-        return "fts5", []
-    hits = await _word_hits(conn, req)
-    if not hits and not req.wants_tool_rows and trigram_eligible(req.query):
+    hits = [] if _fts5_rejects(req.query) else await _word_hits(conn, req)
+    route = "fts5"
+    if not hits and not req.wants_tool_rows and trigram_eligible(req.query) and not _fts5_rejects(req.query):
         # A substring finds what word tokenization cannot ("cker" in "docker").
-        return "trigram", await _substring_hits(conn, req, raw)
-    return "fts5", hits
+        hits, route = await _substring_hits(conn, req, raw), "trigram"
+    if not hits and req.literal:  # typed as stored ("C#", "status=502"), it is found literally
+        hits = await _literal_hits(conn, req)
+        route = "literal" if hits else route
+    return route, hits
 
 
 # The message before and after a hit in its session (any active state), as columns of the hit's row.
@@ -634,9 +674,12 @@ async def search_messages_rows(
     """
     started = time.perf_counter()
     sanitized = sanitize_fts5_query(text)
-    if not sanitized or limit <= 0 or (sources is not None and not sources):
+    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
         return []
-    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context)
+    req = _Search(
+        sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context, literal
+    )
     route, hits = await _route(conn, req)
     # The relevance statement brings the context windows with the hits; other routes ask for them.
     pending = [hit for hit in hits if "context" not in hit] if with_context else []

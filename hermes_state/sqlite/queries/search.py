@@ -29,12 +29,15 @@ from ..search.fts_schema import (
 )
 from ..search.recovery import is_fts_corruption_error
 from ...search_text.sanitize import (
+    BooleanGroup,
     boolean_groups,
     contains_cjk,
     count_cjk,
     gap_terms,
     has_lone_cjk_run,
     like_pattern,
+    literal_groups,
+    needs_literal,
     plain_tokens,
     quote_for_substring_index,
     sanitize_fts5_query,
@@ -46,6 +49,7 @@ from ...search_text.snippet import (
     MAX_FTS5_SNIPPET_HITS,
     bounded_snippet,
     hits_exceed,
+    literal_snippet,
     phrase_pattern,
     query_phrases,
 )
@@ -92,6 +96,8 @@ class _Search(NamedTuple):
     repairable: bool
     with_snippet: bool
     with_context: bool
+    # The user's text as literal substring groups, when word search cannot find it as typed.
+    literal: tuple[BooleanGroup, ...] | None = None
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -422,6 +428,18 @@ def _distinct(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def _like_rows(
+    conn: Any, req: _Search, match_sql: str, match_params: list[Any], order: str, limit: int, offset: int
+) -> list[Any]:
+    where, params = req.filters()
+    where.insert(0, match_sql)
+    sql = (
+        f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+    )
+    return conn.execute(sql, [*match_params, *params, limit, offset]).fetchall()
+
+
 def _like_hits(
     conn: Any,
     req: _Search,
@@ -432,13 +450,7 @@ def _like_hits(
     limit: int,
     offset: int,
 ) -> list[dict[str, Any]]:
-    where, params = req.filters()
-    where.insert(0, match_sql)
-    sql = (
-        f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
-        f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
-    )
-    rows = conn.execute(sql, [*match_params, *params, limit, offset]).fetchall()
+    rows = _like_rows(conn, req, match_sql, match_params, order, limit, offset)
     return [_hit(row, _like_snippet(row[3], snippet_term) if req.with_snippet else None) for row in rows]
 
 
@@ -450,11 +462,9 @@ def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     return _like_hits(conn, req, match, params, tokens[0], "m.timestamp DESC", req.limit, req.offset)
 
 
-def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
-    """Boolean LIKE scan served while the FTS index is detached (spec §4.6)."""
-    groups = boolean_groups(req.query)
-    if not groups:
-        return []
+def _groups_sql(groups: Sequence[BooleanGroup]) -> tuple[str, list[Any]]:
+    """(condition, parameters): some group has all its positive terms and none of its negative
+    ones as substrings of content, tool_name or tool_calls (LIKE: ASCII case-insensitive)."""
     clauses: list[str] = []
     params: list[Any] = []
     for group in groups:
@@ -462,17 +472,44 @@ def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
         parts = [_term_match_sql()] * len(positive) + [_term_match_sql(negate=True)] * len(negative)
         params.extend(like_pattern(term) for term in positive + negative for _ in range(3))
         clauses.append(_combine(parts, "AND"))
+    return _combine(clauses, "OR"), params
+
+
+def _time_order(req: _Search) -> str:
     direction = "ASC" if req.sort == "oldest" else "DESC"
-    return _like_hits(
-        conn,
-        req,
-        _combine(clauses, "OR"),
-        params,
-        groups[0].positive[0],
-        f"m.timestamp {direction}, m.id {direction}",
-        req.limit,
-        req.offset,
-    )
+    return f"m.timestamp {direction}, m.id {direction}"
+
+
+def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
+    """Boolean LIKE scan served while the FTS index is detached (spec §4.6)."""
+    groups = req.literal or boolean_groups(req.query)
+    if not groups:
+        return []
+    match, params = _groups_sql(groups)
+    return _like_hits(conn, req, match, params, groups[0].positive[0], _time_order(req), req.limit, req.offset)
+
+
+def _literal_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
+    """What word search cannot find as typed (``C#``, ``status=502``, a URL): every term a
+    literal substring (OR/NOT kept), tool rows included, newest first (oldest for ``sort="oldest"``).
+
+    A scan in time order that stops when the page is full; hits are marked in the snippet.
+    """
+    if not req.literal:
+        return []
+    match, params = _groups_sql(req.literal)
+    rows = _like_rows(conn, req, match, params, _time_order(req), req.limit, req.offset)
+    terms = [term for group in req.literal for term in group.positive]
+    hits = []
+    for row in rows:
+        snippet = None
+        if req.with_snippet:
+            texts = [_lenient(row[3]), _lenient(row[5])]
+            if row[9]:
+                texts.append(_lenient(column(conn, "tool_calls", row[0])))
+            snippet = literal_snippet(texts, terms)
+        hits.append(_hit(row, snippet))
+    return hits
 
 
 def _gap_hits(conn: Any, req: _Search, gap: tuple[int, int], wanted: int) -> list[dict[str, Any]]:
@@ -518,6 +555,8 @@ def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str
         return "like_scan_fts_stale", _stale_like(conn, req)
     if not state.base:
         return "empty", []
+    if not req.query:  # nothing left for word search (":)", "()"): only the literal match can answer
+        return "literal", _literal_hits(conn, req)
     used_like = False
     if contains_cjk(req.query):
         raw = req.query.strip('"').strip()
@@ -538,14 +577,18 @@ def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str
             hits, route, used_like = _cjk_like(conn, req, raw), "like_scan", True
     else:
         base = _base_index(conn, req)
-        if base is None:
-            return "fts5", []
+        if base is None:  # FTS5 rejected the query ("C#", "status=502"): typed as stored, it is found literally
+            literal = _literal_hits(conn, req)
+            return ("literal" if literal else "fts5"), literal
         hits, route = base, "fts5"
     if state.gap is not None and not used_like and len(hits) < req.limit:
         seen = {hit["id"] for hit in hits}
         hits.extend(hit for hit in _gap_hits(conn, req, state.gap, req.limit - len(hits)) if hit["id"] not in seen)
     if not hits and route == "fts5" and not req.wants_tool_rows:
         hits, route = _zero_hit_fallback(conn, req, state)
+    if not hits and route == "fts5" and req.literal:
+        hits = _literal_hits(conn, req)
+        route = "literal" if hits else route
     return route, hits
 
 
@@ -586,13 +629,14 @@ def search_messages_rows(
     """
     started = time.perf_counter()
     sanitized = sanitize_fts5_query(text)
-    if not sanitized or limit <= 0 or (sources is not None and not sources):
+    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
         return []
     with snapshot(conn):
         state = read_state(conn)
         req = _Search(
             sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
-            with_context,
+            with_context, literal,
         )
         route, hits = _route(conn, req, state)
         windows: dict[int, list[dict[str, Any]]] = {}
