@@ -194,3 +194,37 @@ async def test_agent_session_search_finds_a_pasted_url(store: SessionDB) -> None
     (hit,) = out["results"]
     assert hit["session_id"] == "docs" and hit["match_message_id"] == found
     assert ">>>https://docs.docker.com<<<" in hit["snippet"]
+
+
+# ----------------------------------------------------------------- hit counts
+
+
+async def test_count_search_matches_follows_every_route(store: Any) -> None:
+    ids = await seed(store)
+    await store.create_session("other", "telegram")
+    for i in range(30):
+        await store.append_message("other", "user", f"status=502 again, retry {i} with docker")
+    await store.append_message("other", "user", "你好世界 deployment")
+    for query, kwargs in [
+        ("status=502", {}), ("status=502", {"source_filter": ["cli"]}), ("status=502", {"exclude_sources": ["cli"]}),
+        ("docker", {}), ("retry", {"role_filter": ["assistant"]}), ("ocker", {}), ("你好世界", {}), ("世界", {}),
+        ("🔥", {}), ("C# OR #1234", {}), ("zeppelin", {}), ("compose -docker", {}), ("fox", {"source_filter": []}),
+    ]:
+        everything = await store.search_messages(query, limit=1000, fields=["id"], **kwargs)
+        assert await store.count_search_matches(query, **kwargs) == len(everything), (query, kwargs)
+    assert await store.count_search_matches("status=502") == 31
+    assert await store.count_search_matches("status=502", cap=10) == 10
+    assert await store.count_search_matches("status=502", cap=0) == 0
+    assert await store.count_search_matches("   ") == 0
+    assert await store.count_search_matches("/srv/app", role_filter=["tool"]) == 1 == len([ids["srv"]])
+
+
+async def test_count_search_matches_rejects_bad_arguments(store: Any) -> None:
+    with pytest.raises(TypeError, match="query"):
+        await store.count_search_matches(42)
+    with pytest.raises(TypeError, match="source_filter"):
+        await store.count_search_matches("x", source_filter="cli")
+    with pytest.raises(ValueError, match="cap"):
+        await store.count_search_matches("x", cap=-1)
+    with pytest.raises(TypeError, match="cap"):
+        await store.count_search_matches("x", cap="10")

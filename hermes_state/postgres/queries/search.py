@@ -53,6 +53,7 @@ from .search_form import match_fraction, prefer_bitmap, term_stats
 
 __all__ = [
     "CUSTOM_PLANS",
+    "count_search_rows",
     "RANK_WINDOW",
     "fts_layout_name",
     "fts_markers",
@@ -652,6 +653,76 @@ async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dic
     return {hit["id"]: _window(by_id.get(hit["id"]), hit) for hit in hits}
 
 
+def _request(
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    limit: int,
+    offset: int,
+    sort: str | None,
+    include_inactive: bool,
+    with_snippet: bool,
+    with_context: bool,
+) -> _Search | None:
+    """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
+    sanitized = sanitize_fts5_query(text)
+    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+        return None
+    return _Search(
+        sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context, literal
+    )
+
+
+def _route_match(req: _Search, route: str) -> Match | None:
+    """(condition, parameters) on ``m`` that ``route`` matches for ``req`` (None: nothing)."""
+    raw = req.query.strip('"').strip()
+    if route == "fts5":
+        tsq, params = tsquery_parts(req.query)
+        return None if tsq is None else (f"m.{SEARCH_COLUMN} @@ ({tsq})", params)
+    if route == "trigram":
+        return _substring_statement(req, raw)
+    if route == "like_scan":
+        return _cjk_like_match(raw)[0]
+    if route == "literal" and req.literal:
+        return _literal_match(req.literal)
+    return None
+
+
+@query_begun_with(CUSTOM_PLANS)
+async def count_search_rows(
+    conn: Any,
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    include_inactive: bool,
+    cap: int,
+    repairable: bool,
+) -> int:
+    """How many messages ``search_messages`` returns for these arguments over all its pages, up to ``cap``.
+
+    The route is the one ``search_messages`` takes (asked for one hit); the
+    count is that route's condition with the same filters, stopped at ``cap``.
+    """
+    req = _request(text, sources, excluded, roles, 1, 0, None, include_inactive, False, False)
+    if req is None or cap <= 0:
+        return 0
+    route, hits = await _route(conn, req)
+    match = _route_match(req, route) if hits else None
+    if match is None:
+        return 0
+    params = list(match[1])
+    where = [match[0], *req.filters(params)]
+    params.append(cap)
+    sql = (
+        "SELECT count(*) FROM (SELECT 1 FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join(where)} LIMIT ${len(params)}) AS c"
+    )
+    return int(await conn.fetchval(sql, *params))
+
+
 @query_begun_with(CUSTOM_PLANS)
 async def search_messages_rows(
     conn: Any,
@@ -673,13 +744,9 @@ async def search_messages_rows(
     ``repairable`` is accepted for parity: a GIN index cannot be corrupt in the FTS5 sense.
     """
     started = time.perf_counter()
-    sanitized = sanitize_fts5_query(text)
-    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
-    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+    req = _request(text, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context)
+    if req is None:
         return []
-    req = _Search(
-        sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context, literal
-    )
     route, hits = await _route(conn, req)
     # The relevance statement brings the context windows with the hits; other routes ask for them.
     pending = [hit for hit in hits if "context" not in hit] if with_context else []

@@ -62,6 +62,7 @@ __all__ = [
     "fts_markers",
     "fts_optimize_pending",
     "fts_storage_unsettled",
+    "count_search_rows",
     "is_fts_corruption_error",
     "search_messages_rows",
     "search_sessions_rows",
@@ -454,12 +455,17 @@ def _like_hits(
     return [_hit(row, _like_snippet(row[3], snippet_term) if req.with_snippet else None) for row in rows]
 
 
-def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
-    """CJK substring fallback: any token occurs literally (spec §4.3 step 3)."""
+def _cjk_like_sql(raw: str) -> tuple[str, list[Any], str]:
+    """(condition, parameters, first token) of the CJK LIKE route: any token occurs literally."""
     tokens = _distinct(plain_tokens(raw) or [raw])
     params = [like_pattern(tok) for tok in tokens for _ in range(3)]
-    match = _combine([_term_match_sql()] * len(tokens), "OR")
-    return _like_hits(conn, req, match, params, tokens[0], "m.timestamp DESC", req.limit, req.offset)
+    return _combine([_term_match_sql()] * len(tokens), "OR"), params, tokens[0]
+
+
+def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
+    """CJK substring fallback: any token occurs literally (spec §4.3 step 3)."""
+    match, params, first = _cjk_like_sql(raw)
+    return _like_hits(conn, req, match, params, first, "m.timestamp DESC", req.limit, req.offset)
 
 
 def _groups_sql(groups: Sequence[BooleanGroup]) -> tuple[str, list[Any]]:
@@ -606,6 +612,91 @@ def _zero_hit_fallback(conn: Any, req: _Search, state: FtsState) -> tuple[list[d
     return [], "fts5"
 
 
+def _request(
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    limit: int,
+    offset: int,
+    sort: str | None,
+    include_inactive: bool,
+    repairable: bool,
+    with_snippet: bool,
+    with_context: bool,
+) -> _Search | None:
+    """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
+    sanitized = sanitize_fts5_query(text)
+    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+        return None
+    return _Search(
+        sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
+        with_context, literal,
+    )
+
+
+def _count_where(conn: Any, req: _Search, sql_from: str, match: str, params: list[Any], cap: int) -> int:
+    where, filter_params = req.filters()
+    sql = (
+        f"SELECT count(*) FROM (SELECT 1 FROM {sql_from} JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join([match, *where])} LIMIT ?)"
+    )
+    return int(conn.execute(sql, [*params, *filter_params, cap]).fetchone()[0])
+
+
+def _count_route(conn: Any, req: _Search, state: FtsState, route: str, cap: int) -> int:
+    """Messages ``route`` matches for ``req`` over all pages, counted up to ``cap``."""
+    raw = req.query.strip('"').strip()
+    like_from = "messages AS m"
+    if route in ("fts5", "trigram", "fts_cjk"):
+        table = {"fts5": "messages_fts", "trigram": "messages_fts_trigram", "fts_cjk": "messages_fts_cjk"}[route]
+        match = req.query if route == "fts5" else quote_for_substring_index(raw)
+        sql_from = f"{table} JOIN messages AS m ON m.id = {table}.rowid"
+        found = _count_where(conn, req, sql_from, f"{table} MATCH ?", [match], cap)
+        terms = _distinct(gap_terms(req.query))
+        if route == "fts5" and state.gap is not None and terms and found < cap:
+            gap = "m.id > ? AND m.id <= ? AND " + _combine([_term_match_sql()] * len(terms), "AND")
+            params = [*state.gap, *(like_pattern(term) for term in terms for _ in range(3))]
+            found += _count_where(conn, req, like_from, gap, params, cap - found)
+        return found
+    if route == "like_scan":
+        match, params, _ = _cjk_like_sql(raw)
+        return _count_where(conn, req, like_from, match, params, cap)
+    if route in ("literal", "like_scan_fts_stale"):
+        groups = req.literal or boolean_groups(req.query)
+        if not groups:
+            return 0
+        match, params = _groups_sql(groups)
+        return _count_where(conn, req, like_from, match, params, cap)
+    return 0
+
+
+@search_query
+def count_search_rows(
+    conn: Any,
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    include_inactive: bool,
+    cap: int,
+    repairable: bool,
+) -> int:
+    """How many messages ``search_messages`` returns for these arguments over all its pages, up to ``cap``.
+
+    The route is the one ``search_messages`` takes (asked for one hit); the
+    count is that route's condition with the same filters, stopped at ``cap``.
+    """
+    req = _request(text, sources, excluded, roles, 1, 0, None, include_inactive, repairable, False, False)
+    if req is None or cap <= 0:
+        return 0
+    with snapshot(conn):
+        state = read_state(conn)
+        route, hits = _route(conn, req, state)
+        return _count_route(conn, req, state, route, cap) if hits else 0
+
+
 @search_query
 def search_messages_rows(
     conn: Any,
@@ -628,16 +719,13 @@ def search_messages_rows(
     turned out to be corrupt.
     """
     started = time.perf_counter()
-    sanitized = sanitize_fts5_query(text)
-    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
-    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+    req = _request(
+        text, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet, with_context
+    )
+    if req is None:
         return []
     with snapshot(conn):
         state = read_state(conn)
-        req = _Search(
-            sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
-            with_context, literal,
-        )
         route, hits = _route(conn, req, state)
         windows: dict[int, list[dict[str, Any]]] = {}
         # Index routes bring most windows with their rows; the rest are looked up here.
