@@ -45,6 +45,7 @@ PASTED = {
     "https://docs.docker.com": {"url"},
     "/srv/app": {"srv"},
     "C#": {"csharp"},
+    "c++": {"cpp"},
     "c#": {"csharp"},
     "#1234": {"issue"},
     "alice.smith@example.com": {"mail"},
@@ -107,10 +108,20 @@ async def test_snippets_mark_the_typed_text(store: Any) -> None:
         assert marked in hit["snippet"], (query, hit["snippet"])
 
 
-async def test_cpp_finds_the_cpp_message(store: Any) -> None:
-    # The sanitizer drops '+': word search answers "c" and the c++ row is among its hits.
+async def test_queries_word_search_answers_loosely_prefer_the_literal_text(store: Any) -> None:
+    # The sanitizer makes "c++" the word "c": the rows that hold "c++" itself answer, page after page.
     ids = await seed(store)
-    assert ids["cpp"] in {h["id"] for h in await store.search_messages("c++")}
+    more = [await store.append_message("paste", "user", f"c++ build {i}") for i in range(3)]
+    for i in range(5):
+        await store.append_message("paste", "user", f"plan c option {i}")
+    cpp = [*more[::-1], ids["cpp"]]
+    pages = [[h["id"] for h in await store.search_messages("c++", limit=2, offset=off)] for off in (0, 2, 4)]
+    assert pages == [cpp[:2], cpp[2:], []]
+    assert await store.count_search_matches("C++") == 4
+    assert [h["id"] for h in await store.search_messages("C++ NOT build")] == [ids["cpp"]]
+    # No row holds the literal text: word search's hits stand, as before.
+    assert {h["id"] for h in await store.search_messages("option: c")} >= {ids["c-near"]}
+    assert await store.search_messages("option: c", offset=50) == []
 
 
 async def test_plain_words_and_phrases_keep_the_word_route(store: Any, monkeypatch: pytest.MonkeyPatch,

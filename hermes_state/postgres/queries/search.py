@@ -542,28 +542,66 @@ async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, A
     return [_hit(r, pattern, True, req.with_context) for r in rows]
 
 
-def _literal_match(groups: tuple[BooleanGroup, ...]) -> Match:
+def _literal_match(groups: tuple[BooleanGroup, ...], first: int = 0) -> Match:
     """(condition, parameters): some group has all its positive terms and none of its negative
-    ones as substrings of content, tool_name or tool_calls (tool rows included)."""
-    params: list[Any] = []
+    ones as substrings of content, tool_name or tool_calls (tool rows included).
+
+    Placeholders start after ``first`` (parameters bound before these)."""
+    params: list[Any] = [None] * first
     ors = []
     for group in groups:
         ands = [_substring_term(params, t, False) for t in dict.fromkeys(group.positive)]
         ands += [f"NOT {_substring_term(params, t, False)}" for t in dict.fromkeys(group.negative)]
         ors.append("(" + " AND ".join(ands) + ")")
-    return "(" + " OR ".join(ors) + ")", params
+    return "(" + " OR ".join(ors) + ")", params[first:]
 
 
-async def _literal_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
+def _literal_among_words(req: _Search) -> Match | None:
+    """The literal match over word search's hits only (None when word search cannot run the query).
+
+    Text that holds a literal term also holds the words the sanitizer made of it, so a query
+    word search answers loosely (``c++`` as ``c``, ``TODO: fix``) needs no scan of every row.
+    """
+    if not req.literal or not req.query or _fts5_rejects(req.query):
+        return None
+    tsq, params = tsquery_parts(req.query)
+    if tsq is None:
+        return None
+    match, literal_params = _literal_match(req.literal, len(params))
+    return f"m.{SEARCH_COLUMN} @@ ({tsq}) AND {match}", [*params, *literal_params]
+
+
+async def _precise_hits(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
+    """The literal hits of a query word search answers loosely, or None when there are none."""
+    among = _literal_among_words(req)
+    if among is None:
+        return None
+    if req.offset:  # whether this route answers must not depend on the page asked for
+        probe = req._replace(limit=1, offset=0)
+        if not await _fetch_planned(conn, _statement(probe, among[0], list(among[1]), _literal_order(req))):
+            return None
+    hits = await _literal_hits(conn, req, among)
+    return None if not hits and not req.offset else hits
+
+
+def _literal_order(req: _Search) -> str:
+    return f"m.timestamp {_direction(req)}, m.id {_direction(req)}"
+
+
+async def _literal_hits(conn: Any, req: _Search, among: Match | None = None) -> list[dict[str, Any]]:
     """What word search cannot find as typed (``C#``, ``status=502``, a URL): every term a literal
     substring (OR/NOT kept), tool rows included, newest first (oldest for ``sort="oldest"``).
 
-    The newest rows are tried first (see :func:`_run_in_time_order`); hits are marked in the snippet.
+    Among word search's hits (``among``) in one statement; over every row, the newest rows are
+    tried first (see :func:`_run_in_time_order`). Hits are marked in the snippet.
     """
     if not req.literal:
         return []
-    match = _literal_match(req.literal)
-    rows = await _run_in_time_order(conn, req, match, match, _direction(req))
+    if among is not None:
+        rows = await _fetch_planned(conn, _statement(req, among[0], list(among[1]), _literal_order(req)))
+    else:
+        match = _literal_match(req.literal)
+        rows = await _run_in_time_order(conn, req, match, match, _direction(req))
     hits = [_hit(r, None, True, req.with_context) for r in rows]
     if req.with_snippet:
         terms = [term for group in req.literal for term in group.positive]
@@ -596,6 +634,9 @@ async def _route(conn: Any, req: _Search) -> tuple[str, list[dict[str, Any]]]:
         if count_cjk(raw) >= 3 and all(count_cjk(tok) >= 3 for tok in cjk_tokens) and not req.wants_tool_rows:
             return "trigram", await _substring_hits(conn, req, raw)
         return "like_scan", await _cjk_like(conn, req, raw)
+    precise = await _precise_hits(conn, req)
+    if precise is not None:
+        return "literal", precise
     hits = [] if _fts5_rejects(req.query) else await _word_hits(conn, req)
     route = "fts5"
     if not hits and not req.wants_tool_rows and trigram_eligible(req.query) and not _fts5_rejects(req.query):
@@ -710,7 +751,18 @@ async def count_search_rows(
     if req is None or cap <= 0:
         return 0
     route, hits = await _route(conn, req)
-    match = _route_match(req, route) if hits else None
+    if not hits:
+        return 0
+    if route == "literal":
+        # The search answered from word search's hits when any held the literal text (see _precise_hits).
+        among = _literal_among_words(req)
+        found = await _count_matching(conn, req, among, cap) if among is not None else 0
+        if found:
+            return found
+    return await _count_matching(conn, req, _route_match(req, route), cap)
+
+
+async def _count_matching(conn: Any, req: _Search, match: Match | None, cap: int) -> int:
     if match is None:
         return 0
     params = list(match[1])

@@ -429,13 +429,25 @@ def _distinct(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+# The rows a literal match reads: every message, or (with its MATCH first) those word search found.
+_ALL_ROWS = "messages AS m"
+_WORD_ROWS = "messages_fts JOIN messages AS m ON m.id = messages_fts.rowid"
+
+
 def _like_rows(
-    conn: Any, req: _Search, match_sql: str, match_params: list[Any], order: str, limit: int, offset: int
+    conn: Any,
+    req: _Search,
+    match_sql: str,
+    match_params: list[Any],
+    order: str,
+    limit: int,
+    offset: int,
+    rows: str = _ALL_ROWS,
 ) -> list[Any]:
     where, params = req.filters()
     where.insert(0, match_sql)
     sql = (
-        f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
+        f"SELECT {_HIT_COLUMNS} FROM {rows} JOIN sessions AS s ON s.id = m.session_id "
         f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
     )
     return conn.execute(sql, [*match_params, *params, limit, offset]).fetchall()
@@ -495,7 +507,38 @@ def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
     return _like_hits(conn, req, match, params, groups[0].positive[0], _time_order(req), req.limit, req.offset)
 
 
-def _literal_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
+def _literal_sql(req: _Search, among_words: bool) -> tuple[str, list[Any], str]:
+    """(condition, parameters, rows read) of the literal match; ``among_words``: only among word search's hits."""
+    assert req.literal
+    match, params = _groups_sql(req.literal)
+    if among_words:
+        return f"messages_fts MATCH ? AND {match}", [req.query, *params], _WORD_ROWS
+    return match, params, _ALL_ROWS
+
+
+def _literal_among_words(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
+    """The literal hits of a query word search answers loosely (``c++`` as ``c``, ``TODO: fix``), or
+    None when there are none (or FTS5 rejects the query): then word search's own hits stand.
+
+    Text that holds a literal term also holds the words the sanitizer made of it, so the
+    literal match runs over word search's hits only, not over every row.
+    """
+    if not req.literal or not req.query:
+        return None
+    try:
+        match, params, rows = _literal_sql(req, True)
+        # Whether this route answers must not depend on the page asked for.
+        if req.offset and not _like_rows(conn, req, match, params, _time_order(req), 1, 0, rows):
+            return None
+        hits = _literal_hits(conn, req, True)
+    except Exception as exc:
+        if not _is_operational(exc) or is_fts_corruption_error(exc):
+            raise
+        return None
+    return None if not hits and not req.offset else hits
+
+
+def _literal_hits(conn: Any, req: _Search, among_words: bool = False) -> list[dict[str, Any]]:
     """What word search cannot find as typed (``C#``, ``status=502``, a URL): every term a
     literal substring (OR/NOT kept), tool rows included, newest first (oldest for ``sort="oldest"``).
 
@@ -503,8 +546,8 @@ def _literal_hits(conn: Any, req: _Search) -> list[dict[str, Any]]:
     """
     if not req.literal:
         return []
-    match, params = _groups_sql(req.literal)
-    rows = _like_rows(conn, req, match, params, _time_order(req), req.limit, req.offset)
+    match, params, among = _literal_sql(req, among_words)
+    rows = _like_rows(conn, req, match, params, _time_order(req), req.limit, req.offset, among)
     terms = [term for group in req.literal for term in group.positive]
     hits = []
     for row in rows:
@@ -582,6 +625,9 @@ def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str
         if hits is None:
             hits, route, used_like = _cjk_like(conn, req, raw), "like_scan", True
     else:
+        precise = _literal_among_words(conn, req)
+        if precise is not None:
+            return "literal", precise
         base = _base_index(conn, req)
         if base is None:  # FTS5 rejected the query ("C#", "status=502"): typed as stored, it is found literally
             literal = _literal_hits(conn, req)
@@ -663,13 +709,32 @@ def _count_route(conn: Any, req: _Search, state: FtsState, route: str, cap: int)
     if route == "like_scan":
         match, params, _ = _cjk_like_sql(raw)
         return _count_where(conn, req, like_from, match, params, cap)
-    if route in ("literal", "like_scan_fts_stale"):
+    if route == "literal" and req.literal:
+        # The search answered from word search's hits when any held the literal text (see _literal_among_words).
+        found = _count_literal_among_words(conn, req, cap)
+        if found:
+            return found
+        match, params, _ = _literal_sql(req, False)
+        return _count_where(conn, req, like_from, match, params, cap)
+    if route == "like_scan_fts_stale":
         groups = req.literal or boolean_groups(req.query)
         if not groups:
             return 0
         match, params = _groups_sql(groups)
         return _count_where(conn, req, like_from, match, params, cap)
     return 0
+
+
+def _count_literal_among_words(conn: Any, req: _Search, cap: int) -> int:
+    if not req.query:
+        return 0
+    match, params, rows = _literal_sql(req, True)
+    try:
+        return _count_where(conn, req, rows, match, params, cap)
+    except Exception as exc:
+        if not _is_operational(exc) or is_fts_corruption_error(exc):
+            raise
+        return 0
 
 
 @search_query
