@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .chart import METRICS, day_chart
-from .filters import PAGE_SIZE, BadRequest, is_session_id, list_filters, page_number, supports_hidden, text_param
+from .filters import PAGE_SIZE, BadRequest, day_bounds, is_session_id, list_filters, page_number, supports_hidden, text_param
 from .transcript import TAIL_ROWS, message_id, transcript_page
 from .views import message_view, segments, snippet_parts, when
 
@@ -153,16 +153,10 @@ async def usage_page(request: Request) -> Response:
         if metric not in METRICS:
             raise BadRequest(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
         since, until = _usage_window(request)
-        start, end = dt.date.fromisoformat(since), dt.date.fromisoformat(until)
+        start, end = day_bounds(since, until)
     except BadRequest as exc:
         return bad_request(request, exc)
-    except ValueError:
-        return bad_request(request, BadRequest("from and to must be days like 2026-01-31"))
-    midnight = dt.time(tzinfo=dt.timezone.utc)
-    rows = await db.usage_by_day(
-        since=dt.datetime.combine(start, midnight).timestamp(),
-        until=dt.datetime.combine(end + dt.timedelta(days=1), midnight).timestamp(),
-    )
+    rows = await db.usage_by_day(since=start, until=end)
     return _render(
         request, "usage.html",
         rows=rows, since=since, until=until, metric=metric, metrics=METRICS,

@@ -195,8 +195,12 @@ def test_hostile_content_stays_text_everywhere(tab: Any, viewer: Viewer) -> None
     tab.goto(hostile_page)
     assert tab.locator("h1").inner_text() == HOSTILE["script"][:90]
     body = tab.locator("section.transcript").inner_text()
-    for name in ("script", "img", "js_link", "bidi", "zero_width", "style"):
+    for name in ("script", "img", "js_link", "style"):
         assert HOSTILE[name] in body, name
+    # Direction overrides and invisible characters are shown as labels, never applied.
+    assert "\u27e8RLO\u27e9evil reversed\u27e8PDF\u27e9 \u05e9\u05dc\u05d5\u05dd" in body
+    assert "zero\u27e8ZWSP\u27e9width\u200djoin\u27e8BOM\u27e9bom" in body
+    assert not set("\u202e\u202c\u200b\ufeff") & set(tab.content())
     assert "lone \ufffd surrogate" in body
     assert HOSTILE["long_line"] in body
     width = tab.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
