@@ -19,7 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .api import search_api, session_api, sessions_api
-from .pages import search_page, session_page, sessions_page, tail_fragment, usage_page
+from .pages import highlight_stylesheet, search_page, session_page, sessions_page, tail_fragment, usage_page
 from .render import Renderer
 from .security import ASGIApp, Guard, HostRule, TokenGate
 
@@ -62,6 +62,7 @@ def create_app(
         Route("/api/sessions", sessions_api),
         Route("/api/sessions/{session_id:path}", session_api),
         Route("/api/search", search_api),
+        Route("/assets/highlight.css", highlight_stylesheet),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found, Exception: _server_error})

@@ -22,7 +22,7 @@ from starlette.responses import HTMLResponse, Response
 
 from ..encoding import scrub_surrogates
 from .reveal import reveal
-from .views import count, money, session_href
+from .views import CUT_CHARS, count, money, session_href
 
 __all__ = ["Renderer", "Verbatim", "json_response", "TEMPLATES"]
 
@@ -68,7 +68,7 @@ class Renderer:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.globals.update(session_href=session_href, money=money, count=count, **globals_)
+        self.env.globals.update(session_href=session_href, money=money, count=count, cut_chars=CUT_CHARS, **globals_)
         self.env.filters["verbatim"] = lambda value: Verbatim(value) if isinstance(value, str) else value
 
     def html(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:

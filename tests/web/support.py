@@ -50,6 +50,13 @@ PIXEL = "data:image/png;base64," + base64.b64encode(
 ).decode()
 REMOTE_IMAGE = "https://images.example.invalid/cat.png"
 LONG_RESULT = "\n".join(f"line {n}: " + "x" * 60 for n in range(400))
+MARKDOWN = (
+    "## Plan\n\n**bold** and `inline code`\n\n| column a | column b |\n|---|---|\n| 1 | 2 |\n\n"
+    "```python\ndef answer():\n    return '<b>not bold</b>'\n```\n\n"
+    "[docs](https://docs.example.invalid/x) [bad](javascript:alert(1)) <b>raw html</b>"
+)
+# A 2 MB paste: 40,000 lines of 50 characters.
+PASTE = "\n".join(f"paste line {n:05d} " + "y" * 33 for n in range(40_000))
 
 
 @dataclass
@@ -100,6 +107,14 @@ async def seed(db: Any) -> Seeded:
         parent_session_id="parent", child_session_id="parent-2", source="cli",
         messages=[{"role": "user", "content": "continued after compression"}], compression_lock_holder="seed",
     )
+
+    # Markdown, a 2 MB paste, JSON tool output and a long reply.
+    await db.create_session("reading", "cli", model="gpt-test")
+    out.message_ids["markdown"] = await db.append_message("reading", "user", MARKDOWN)
+    out.message_ids["paste"] = await db.append_message("reading", "user", PASTE)
+    await db.append_message("reading", "tool", json.dumps({"status": 502, "ok": False, "body": "bad gateway"}),
+                            tool_name="http", tool_call_id="call_http")
+    out.message_ids["long_reply"] = await db.append_message("reading", "assistant", "A long answer. " * 300)
 
     # An id with every character that means something in a URL.
     await db.create_session(URL_ID, "cli")
