@@ -55,6 +55,8 @@ MARKDOWN = (
     "```python\ndef answer():\n    return '<b>not bold</b>'\n```\n\n"
     "[docs](https://docs.example.invalid/x) [bad](javascript:alert(1)) <b>raw html</b>"
 )
+LONG_ID = "session-" + "0123456789abcdef" * 8
+LONG_MODEL = "provider/" + "very-long-model-name-" * 9 + "v1"
 # A 2 MB paste: 40,000 lines of 50 characters.
 PASTE = "\n".join(f"paste line {n:05d} " + "y" * 33 for n in range(40_000))
 
@@ -115,6 +117,12 @@ async def seed(db: Any) -> Seeded:
     await db.append_message("reading", "tool", json.dumps({"status": 502, "ok": False, "body": "bad gateway"}),
                             tool_name="http", tool_call_id="call_http")
     out.message_ids["long_reply"] = await db.append_message("reading", "assistant", "A long answer. " * 300)
+
+    # A long id and a 200-character model name: truncated on the page, never widening it.
+    await db.create_session(LONG_ID, "a-source-name-that-goes-on-and-on-and-on", model=LONG_MODEL)
+    await db.append_message(LONG_ID, "user", "| " + " | ".join(f"col{n}" for n in range(40)) + " |\n|"
+                            + "---|" * 40 + "\n| " + " | ".join("value-of-a-wide-table-cell" for _ in range(40)) + " |")
+    await db.update_token_counts(LONG_ID, input_tokens=10, model=LONG_MODEL, estimated_cost_usd=0.001)
 
     # An id with every character that means something in a URL.
     await db.create_session(URL_ID, "cli")
