@@ -23,11 +23,12 @@ from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
 from .config import PostgresConfig, load_postgres_config
-from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs
-from .errors import is_busy, is_disconnect, to_store_error, unavailable
+from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs, url_store_options
+from .errors import is_busy, is_disconnect, is_pooler_symptom, pooler_error, to_store_error, unavailable
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
 from .pool import ConnectionPool
+from .pooler import for_transaction_pooler, url_server_settings, without_url_settings
 from .queries import query_for
 from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
@@ -119,24 +120,57 @@ class PostgresBackend:
         self.reconnects = 0  # writer connections replaced after a loss (writer_stats)
         self._facts: dict[str, Any] = {}
         self._endpoint = endpoint(dsn)
-        self._lease_listener = LeaseReleaseListener(self._connect_writer, self.lease_identity())
+        self._pooled = False  # behind a transaction pooler (``pooler``); read at open
+        self._listen_url: str | None = None
+        self._lease_listener = LeaseReleaseListener(self._connect_listener, self.lease_identity(), self._notify)
+
+    def _direct_kwargs(self) -> dict[str, Any]:
+        return self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        return self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
+        if self._pooled:
+            return for_transaction_pooler(self._direct_kwargs(), url_server_settings(asyncpg_dsn(self.dsn)))
+        return self._direct_kwargs()
+
+    def _server_dsn(self) -> str:
+        dsn = asyncpg_dsn(self.dsn)
+        return without_url_settings(dsn) if self._pooled else dsn
 
     async def _connect_writer(self) -> Any:
         asyncpg = load_driver()
         try:
-            return await asyncpg.connect(asyncpg_dsn(self.dsn), **self._connect_kwargs())
+            return await asyncpg.connect(self._server_dsn(), **self._connect_kwargs())
         except (OSError, TimeoutError) as exc:
             raise unavailable(self._endpoint, exc) from exc
+
+    async def _connect_listener(self) -> Any:
+        """The LISTEN connection: ``listen_url`` (direct, every setting at startup) when given, else the writer's kind."""
+        if self._listen_url is None:
+            return await self._connect_writer()
+        kwargs = self._direct_kwargs()
+        kwargs["server_settings"] = {**url_server_settings(asyncpg_dsn(self.dsn)), **(kwargs.get("server_settings") or {})}
+        try:
+            return await load_driver().connect(asyncpg_dsn(self._listen_url), **kwargs)
+        except (OSError, TimeoutError) as exc:
+            raise unavailable(endpoint(self._listen_url), exc) from exc
+
+    async def _notify(self, channel: str) -> None:
+        """Send a notification on ``channel`` from a pooled connection (the listener's check)."""
+        if self.pool is None:
+            raise StoreClosedError()
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_notify($1, 'probe')", channel)
 
     async def open(self) -> None:
         load_driver()
         self.config = load_config(self.home)
         self.pg_config = load_postgres_config(self.home)
+        options = url_store_options(self.dsn)
+        self._pooled = options.get("pooler", self.pg_config.pooler) == "transaction"
+        self._listen_url = options.get("listen_url", self.pg_config.listen_url)
         try:
-            self.pool = ConnectionPool(asyncpg_dsn(self.dsn), self.pg_config, self._connect_kwargs(), self._endpoint)
+            self.pool = ConnectionPool(self._server_dsn(), self.pg_config, self._connect_kwargs(), self._endpoint)
             await self.pool.open()
             if self.read_only:
                 async with self.pool.acquire() as conn:
@@ -144,9 +178,13 @@ class PostgresBackend:
             else:
                 self._writer_conn = await self._connect_writer()
                 self._facts = await ensure_schema(self._writer_conn)
-        except BaseException:
+        except BaseException as exc:
             await self.close()
+            if is_pooler_symptom(exc):
+                raise pooler_error(exc) from exc
             raise
+        if self._pooled:  # LISTEN through a pooler hears nothing: find out (and warn) now, in the background
+            self._lease_listener.start()
 
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
         """Apply one batch; after a lost connection, find out whether it committed.
@@ -248,7 +286,7 @@ class PostgresBackend:
             "substring_index": self._facts.get("substring_index"),
         }
         if self.pool is not None:
-            async with self.pool.acquire() as conn:
+            async with self.pool.acquire() as conn, conn.transaction(readonly=True):
                 info["server_version"] = await conn.fetchval("SHOW server_version")
                 info["schema"] = await conn.fetchval("SELECT current_schema()")
                 info.update(await search_index_facts(conn))
