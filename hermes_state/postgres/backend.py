@@ -25,13 +25,14 @@ from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotApplied
 from .client_files import Connector
 from .config import PostgresConfig, load_postgres_config
 from .core_boundary import CoreBoundary
-from .dsn import asyncpg_dsn, commit_outcome_timeout, endpoint, redact_dsn, url_connect_kwargs
-from .errors import is_busy, is_disconnect, to_store_error
+from .dsn import asyncpg_dsn, commit_outcome_timeout, endpoint, redact_dsn, url_connect_kwargs, url_store_options
+from .errors import is_busy, is_disconnect, is_pooler_symptom, pooler_error, to_store_error
 from .failover import DEFAULT_COMMIT_OUTCOME_TIMEOUT, connect_error, is_read_only_error, no_writable_server, writable_target
 from .hosts import peer
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
 from .pool import ConnectionPool, drop_connection
+from .pooler import for_transaction_pooler, url_server_settings, without_url_settings
 from .queries import query_for
 from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
@@ -135,7 +136,9 @@ class PostgresBackend:
         self.endpoint = endpoint(dsn)  # the URL's host list, for errors before a connection exists
         self._writer_at = self.endpoint  # the host the writer connection talks to
         self._shared_connector: Connector | None = None
-        self._lease_listener = LeaseReleaseListener(self._connect_writer, self.lease_identity())
+        self._pooled = False  # behind a transaction pooler (``pooler``); read at open
+        self._listen_url: str | None = None
+        self._lease_listener = LeaseReleaseListener(self._connect_listener, self.lease_identity(), self._notify)
         self._core: CoreBoundary | None = None
 
     def core(self) -> CoreBoundary:
@@ -144,10 +147,19 @@ class PostgresBackend:
             self._core = CoreBoundary(self._connect_writer, self.pg_config)
         return self._core
 
-    def _connect_kwargs(self) -> dict[str, Any]:
+    def _direct_kwargs(self) -> dict[str, Any]:
         kwargs = self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
         # A writable store reads its own writes from the primary too, so both connect to a writable host.
         return kwargs if self.read_only else {**kwargs, **writable_target(self.dsn)}
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        if self._pooled:
+            return for_transaction_pooler(self._direct_kwargs(), url_server_settings(asyncpg_dsn(self.dsn)))
+        return self._direct_kwargs()
+
+    def _server_dsn(self) -> str:
+        dsn = asyncpg_dsn(self.dsn)
+        return without_url_settings(dsn) if self._pooled else dsn
 
     def commit_outcome_timeout(self) -> float:
         """Seconds to keep reconnecting to resolve a lost COMMIT reply: config.yaml, else the URL, else 30."""
@@ -159,7 +171,7 @@ class PostgresBackend:
     def _connector(self) -> Connector:
         """The connector every connection of this store opens through (one, so it learns the server's TLS answer)."""
         if self._shared_connector is None:
-            self._shared_connector = Connector(asyncpg_dsn(self.dsn), self._connect_kwargs())
+            self._shared_connector = Connector(self._server_dsn(), self._connect_kwargs())
         return self._shared_connector
 
     async def _connect_writer(self) -> Any:
@@ -186,10 +198,36 @@ class PostgresBackend:
         self._writer_at = where
         return conn
 
+    async def _connect_listener(self) -> Any:
+        """The LISTEN connection: ``listen_url`` (direct, every setting at startup) when given, else the writer's kind."""
+        if self._listen_url is None:
+            return await self._connect_writer()
+        kwargs = self._direct_kwargs()
+        kwargs["server_settings"] = {**url_server_settings(asyncpg_dsn(self.dsn)), **(kwargs.get("server_settings") or {})}
+        where = endpoint(self._listen_url)
+        try:
+            return await Connector(asyncpg_dsn(self._listen_url), kwargs).connect()
+        except Exception as exc:
+            err = connect_error(where, exc)
+            if err is None:
+                raise
+            raise err from exc
+
+    async def _notify(self, channel: str) -> None:
+        """Send a notification on ``channel`` from a pooled connection (the listener's check)."""
+        if self.pool is None:
+            raise StoreClosedError()
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_notify($1, 'probe')", channel)
+
     async def open(self) -> None:
         load_driver()
         # config.yaml is read on a worker thread, never on the loop.
         self.config, self.pg_config = await asyncio.to_thread(_load_configs, self.home)
+        options = url_store_options(self.dsn)
+        self._pooled = options.get("pooler", self.pg_config.pooler) == "transaction"
+        self._listen_url = options.get("listen_url", self.pg_config.listen_url)
         try:
             self._shared_connector = None  # the config was just (re)read
             self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
@@ -200,9 +238,13 @@ class PostgresBackend:
             else:
                 self._writer_conn = await self._connect_writer()
                 self._facts = await ensure_schema(self._writer_conn)
-        except BaseException:
+        except BaseException as exc:
             await self.close()
+            if is_pooler_symptom(exc):
+                raise pooler_error(exc) from exc
             raise
+        if self._pooled:  # LISTEN through a pooler hears nothing: find out (and warn) now, in the background
+            self._lease_listener.start()
 
     async def rebind(self, dead: bool) -> None:
         """Serve the event loop the store moved to: asyncpg connections belong to the loop that
@@ -354,7 +396,7 @@ class PostgresBackend:
             "substring_index": self._facts.get("substring_index"),
         }
         if self.pool is not None:
-            async with self.pool.acquire() as conn:
+            async with self.pool.acquire() as conn, conn.transaction(readonly=True):
                 info["server_version"] = await conn.fetchval("SHOW server_version")
                 info["schema"] = await conn.fetchval("SELECT current_schema()")
                 info.update(await search_index_facts(conn))

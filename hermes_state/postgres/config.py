@@ -18,7 +18,9 @@ import msgspec
 
 from ..config import load_raw_config
 from ..errors import ConfigError
+from .dsn import validate_dsn
 from .libpq import READ_ONLY_SETTING, parse_options
+from .pooler import POOLER_MODES
 
 __all__ = ["ConnectArgs", "PostgresConfig", "load_postgres_config", "parse_postgres_config"]
 
@@ -54,6 +56,10 @@ class PostgresConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Seconds to keep reconnecting to learn whether a write whose COMMIT reply was lost committed
     # (None: the URL's ``commit_outcome_timeout``, else the backend's default).
     commit_outcome_timeout: float | None = None
+    # "transaction": connections go through a transaction pooler (see ``pooler``); the URL's wins.
+    pooler: str = "none"
+    # A direct URL for the turn-lease LISTEN connection (a pooler drops notifications); the URL's wins.
+    listen_url: str | None = None
 
     def connect_kwargs(self, *, read_only: bool, base: dict[str, Any] | None = None) -> dict[str, Any]:
         """The keyword arguments every new connection gets; read-only forces the server setting.
@@ -185,13 +191,28 @@ def _connect_args(raw: Any) -> ConnectArgs:
     return ConnectArgs(**values)
 
 
+def _store_options(raw: dict[str, Any], values: dict[str, Any]) -> None:
+    if "pooler" in raw:
+        if raw["pooler"] not in POOLER_MODES:
+            raise ConfigError(f"{_PREFIX}.pooler must be one of {', '.join(POOLER_MODES)}")
+        values["pooler"] = raw["pooler"]
+    if raw.get("listen_url") is not None:
+        try:
+            values["listen_url"] = validate_dsn(raw["listen_url"])
+        except ValueError as exc:
+            raise ConfigError(f"{_PREFIX}.listen_url: {exc}") from None
+
+
 def parse_postgres_config(raw: Any) -> PostgresConfig:
     """Validate a ``database.postgres`` value (None means every default); raises ConfigError."""
     if raw is None:
         return PostgresConfig()
     if not isinstance(raw, dict):
         raise ConfigError(f"{_PREFIX} must be a mapping")
-    _unknown(raw, (*(k for k, _, _ in _POOL_NUMBERS), *_POOL_FLAGS, "connect_args", "commit_outcome_timeout"), _PREFIX)
+    _unknown(
+        raw, (*(k for k, _, _ in _POOL_NUMBERS), *_POOL_FLAGS, "connect_args", "commit_outcome_timeout", "pooler", "listen_url"),
+        _PREFIX,
+    )
     values: dict[str, Any] = {}
     for key, integer, minimum in _POOL_NUMBERS:
         if key in raw:
@@ -204,6 +225,7 @@ def parse_postgres_config(raw: Any) -> PostgresConfig:
             _number(raw, "commit_outcome_timeout", _PREFIX, integer=False, minimum=0, strict_min=True)
         )
     values["connect_args"] = _connect_args(raw.get("connect_args"))
+    _store_options(raw, values)
     return PostgresConfig(**values)
 
 
