@@ -383,7 +383,11 @@ class StoreBase:
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             try:
-                await self._move_in(loop)
+                if self._previous is not None:  # moved here and not yet moved in: do it under the open lock
+                    if self._open_lock is None:
+                        self._open_lock = asyncio.Lock()
+                    async with self._open_lock:
+                        await self._move_in(loop)
                 await self._before_close()
             finally:
                 await self._actor.stop()
