@@ -84,7 +84,8 @@ class EventLoopUnavailableError(RuntimeError):
     threads"): it moves to the caller's loop when its own has closed or
     stopped with nothing in flight. A loop that stopped in the middle of a
     store call (and was not closed) holds that call's work, so the store can
-    neither wait for it nor move; run or close that loop first.
+    neither wait for it nor move: a call from elsewhere raises this once that
+    loop has stayed stopped for a second. Run or close that loop first.
     """
 
 

@@ -8,7 +8,6 @@ validate, build commands and call ``_write`` or ``_query``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import random
@@ -36,6 +35,10 @@ T = TypeVar("T")
 # before the move gives up with EventLoopUnavailableError.
 STOPPED_LOOP_GRACE = 1.0
 OWN_LOOP_THREAD = "hermes-state-store-loop"
+STOPPED_LOOP_MESSAGE = (
+    "this SessionDB's event loop stopped with a store call in flight and was not closed; "
+    "run that loop until its calls finish, or close it, before using the store elsewhere"
+)
 
 # How long a write keeps retrying while another process holds the file lock.
 DEFAULT_PATIENCE = 20.0
@@ -102,6 +105,10 @@ def rows_size(rows: Iterable[Any]) -> int:
                 total += len(extra)
     return total
 
+
+
+class _NeedOwnLoop(Exception):
+    """Placing a call needs the store's own loop thread, which is started outside the bind lock."""
 
 
 class StoreBase:
@@ -194,6 +201,13 @@ class StoreBase:
 
     def _home_for(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop | None:
         """Where a call from ``loop`` runs: None for ``loop`` itself (now the home), else the loop to hand it to."""
+        while True:
+            try:
+                return self._place(loop)
+            except _NeedOwnLoop:
+                self._own_loop()  # a thread is started outside the bind lock, then the call is placed again
+
+    def _place(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop | None:
         with self._bind_lock:
             home = self._loop
             own = self._own
@@ -204,18 +218,14 @@ class StoreBase:
                 return None
             if own is not None and home is own.loop:
                 return home  # the store's own loop stops only at close()
-            if not home.is_running() and not home.is_closed() and self._busy() and not (own and loop is own.loop):
-                raise EventLoopUnavailableError(
-                    "this SessionDB's event loop stopped with a store call in flight and was not closed; "
-                    "run that loop until its calls finish, or close it, before using the store elsewhere"
-                )
-            if (own is not None and loop is own.loop) or not home.is_running():
-                self._move_to(loop, home)  # the home closed or stopped: the store moves here
+            if (own is not None and loop is own.loop) or home.is_closed() or not (home.is_running() or self._busy()):
+                self._move_to(loop, home)  # the home closed, or stopped idle: the store moves here
                 return None
-            # The home runs in another thread: from now on the store runs on a loop of its own.
+            # The home runs in another thread (or stopped for a moment with calls in
+            # flight, as between the steps of asyncio.run's shutdown): from now on
+            # the store runs on a loop of its own, once those calls are over.
             if own is None:
-                own = self._own = LoopThread(name=OWN_LOOP_THREAD)
-                remember_own_loop(self)
+                raise _NeedOwnLoop()
             self._move_to(own.loop, home)
             return own.loop
 
@@ -230,11 +240,18 @@ class StoreBase:
 
     def _own_loop(self) -> asyncio.AbstractEventLoop:
         """The store's own loop thread's loop, started now if needed; the store moves there at its first call from it."""
+        own = self._own
+        if own is not None:
+            return own.loop
+        started = LoopThread(name=OWN_LOOP_THREAD)  # outside the lock: starting a thread waits for it
         with self._bind_lock:
             if self._own is None:
-                self._own = LoopThread(name=OWN_LOOP_THREAD)
+                self._own = started
                 remember_own_loop(self)
-            return self._own.loop
+                return started.loop
+            own = self._own
+        started.stop()  # another thread was first; the spare thread ends by itself
+        return own.loop
 
     async def _enter(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop | None:
         """Make the store ready on ``loop``; returns None when the call runs here, else the loop to hand it to.
@@ -295,30 +312,25 @@ class StoreBase:
 
     async def _wait_for_calls_on(self, previous: asyncio.AbstractEventLoop, loop: asyncio.AbstractEventLoop) -> None:
         """Return once nothing of the store runs on ``previous`` any more (or it closed)."""
-        if previous.is_running():
-            # Once this callback ran there, every call on that loop that saw the
-            # old home has counted itself (see _enter); later ones hand over.
-            seen: concurrent.futures.Future[None] = concurrent.futures.Future()
-            try:
-                previous.call_soon_threadsafe(seen.set_result, None)
-            except RuntimeError:  # closed meanwhile
-                seen.set_result(None)
-        else:
-            seen = concurrent.futures.Future()
-            seen.set_result(None)
+        # Once this callback ran there, every call on that loop that saw the old
+        # home has counted itself (see _enter); later ones hand over.
+        seen: list[bool] = []
+        try:
+            previous.call_soon_threadsafe(seen.append, True)
+        except RuntimeError:  # closed meanwhile
+            seen.append(True)
+        if not previous.is_running():
+            seen.append(True)  # nothing runs there: nobody is between a look and a count
         stopped_since: float | None = None
         while not previous.is_closed():
-            if seen.done() and self._inflight == 0 and self._preparing in (None, loop) and self._actor.idle:
+            if seen and self._inflight == 0 and self._preparing in (None, loop) and self._actor.idle:
                 return
             if previous.is_running():
                 stopped_since = None
             else:
                 stopped_since = stopped_since or time.monotonic()
                 if time.monotonic() - stopped_since > STOPPED_LOOP_GRACE:
-                    raise EventLoopUnavailableError(
-                        "this SessionDB's previous event loop stopped with a store call in flight and was not "
-                        "closed; run that loop until its calls finish, or close it"
-                    )
+                    raise EventLoopUnavailableError(STOPPED_LOOP_MESSAGE)
             await asyncio.sleep(0.002)
         self._inflight = 0  # the calls of a closed loop are gone with it
         self._preparing = None
@@ -353,18 +365,21 @@ class StoreBase:
         while waiting still lets the close finish, then sees the cancellation.
         From another event loop the close runs on the store's home loop.
         """
-        done = self._close_task
-        if done is not None and done.done():
-            return done.result()
         loop = asyncio.get_running_loop()
+        task = self._close_task
+        if task is not None and task.get_loop() is not loop:
+            while not task.done() and not task.get_loop().is_closed():
+                await asyncio.sleep(0.005)  # a close runs on another loop: it finishes there
+            if task.done():
+                return task.result()
         home = self._home_for(loop)
         if home is not None:
             await hand_off(home, self.close())
             return
         task = self._close_task
         if task is None or (task.get_loop() is not loop and not task.done()):  # a close begun on a loop now closed
-            self._closed = True
             task = self._close_task = loop.create_task(self._shutdown(loop), name="hermes-state-close")
+            self._closed = True
         cancelled = False
         while not task.done():
             try:
@@ -383,7 +398,11 @@ class StoreBase:
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             try:
-                await self._move_in(loop)
+                if self._previous is not None:  # moved here and not yet moved in: do it under the open lock
+                    if self._open_lock is None:
+                        self._open_lock = asyncio.Lock()
+                    async with self._open_lock:
+                        await self._move_in(loop)
                 await self._before_close()
             finally:
                 await self._actor.stop()

@@ -73,8 +73,12 @@ EXIT_CLOSE_TIMEOUT = 30.0
 
 
 def remember_own_loop(db: Any) -> None:
-    """Close ``db`` at the interpreter's exit if it still runs on its own loop thread then."""
+    """Close ``db`` at the interpreter's exit if it still runs on its own loop thread then.
+
+    A store dropped without ``close()`` stops its loop thread when it is collected.
+    """
     _stores.add(db)
+    weakref.finalize(db, db._own.stop)
 
 
 @atexit.register

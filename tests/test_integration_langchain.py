@@ -253,7 +253,7 @@ def test_a_store_used_from_sync_code_gets_a_loop_that_stops_when_it_closes(db_pa
     history = HermesChatMessageHistory("chat", db)
     history.add_user_message("hi")
     [started] = [t for t in store_threads() if t not in before]
-    assert db.loop is not None and HermesChatMessageHistory("other", db).messages == []  # one loop per store
+    assert db.loop is not None and HermesChatMessageHistory("other", db).messages == []  # the same loop thread serves both
     assert [t for t in store_threads() if t not in before] == [started]
     # Closed through the loop itself (not close_store): the thread notices and stops.
     asyncio.run_coroutine_threadsafe(db.close(), db.loop).result(timeout=30)
