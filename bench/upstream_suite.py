@@ -211,10 +211,11 @@ class Databases:
         self.names: list[str] = []
 
     def fresh(self) -> str:
+        """A new database's URL in upstream's CI form (``postgresql+psycopg://``; its stores take no other)."""
         name = f"hs_upstream_{uuid.uuid4().hex[:12]}"
         psql(self.dsn, f"CREATE DATABASE {name}")
         self.names.append(name)
-        return database_dsn(self.dsn, name)
+        return "postgresql+psycopg://" + database_dsn(self.dsn, name).split("://", 1)[1]
 
     def drop_all(self) -> None:
         for name in self.names:
