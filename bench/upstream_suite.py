@@ -321,7 +321,7 @@ def unpack_sdist(exe: Path, workdir: Path, name: str, version: str) -> Path:
 def adapters_env(args, workdir: Path) -> Path:
     exe = make_venv(workdir / "venv-adapters", args.python)
     pip(exe, f"openai-agents=={args.agents_version}", f"langchain-core=={args.langchain_version}",
-        "pytest", "pytest-asyncio", "pytest-mock", "blockbuster", "freezegun", "syrupy")
+        "pytest", "pytest-asyncio", "pytest-mock", "pytest-timeout", "blockbuster", "freezegun", "syrupy")
     install_hermes_state(exe, args.project, "openai-agents,langchain")
     return exe
 
@@ -331,7 +331,8 @@ def suite_plugin(args, workdir: Path, exe: Path, package: str, version: str, fil
     source = unpack_sdist(exe, workdir, package, version)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env["PYTHONPATH"] = str(PLUGINS)
-    extra = ["-p", plugin, "-o", "addopts="]
+    # A test that hangs fails alone (its file's other results are kept).
+    extra = ["-p", plugin, "-o", "addopts=", f"--timeout={args.test_timeout:g}"]
     print(f"{package} {version}: {len(files)} test files, store plugin {plugin}")
     return run_files(exe, source, files, lambda _f: env, extra, args.jobs, args.timeout)
 
@@ -366,6 +367,7 @@ def main() -> int:
     parser.add_argument("--project", type=Path, default=PROJECT, help="the hermes-state source tree to install")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per test file")
+    parser.add_argument("--test-timeout", type=float, default=60.0, help="seconds per test (framework suites)")
     parser.add_argument("--python", default=sys.executable, help="interpreter the venvs are made from")
     parser.add_argument("--agents-version", default=None)
     parser.add_argument("--langchain-version", default=None)
