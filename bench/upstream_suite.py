@@ -134,11 +134,13 @@ CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(patter
     ("leaked store task", r"Leaked (Task|task)"),
     ("event loop binding", r"another event loop|different event loop|WriterStoppedError|attached to a different loop"),
     ("coroutine where upstream has one", r"can't be used in 'await' expression|object \w+ can't be awaited"
-                                         r"|'str' object has no attribute '__cause__'|sqlite_source_id"),
+                                         r"|'str' object has no attribute '__cause__'|sqlite_source_id"
+                                         r"|'Result' object has no attribute 'fetchone'|unexpected keyword argument 'db_label'"),
     ("internals", r"has no attribute '_|does not have the attribute '_|cannot import name '_|'_engine'"
                   r"|No such file or directory: '[^']*hermes_state[\w.]*\.py'|issubclass\(SessionDB, \w+Mixin\)"
                   r"|from hermes_state_(common|schema|search|portability) import|SessionSchemaMixin|SessionSearchMixin"
-                  r"|SessionPortabilityMixin|cannot import name '\w+' from 'hermes_state_common'"),
+                  r"|SessionPortabilityMixin|cannot import name '\w+' from 'hermes_state_common'"
+                  r"|monkeypatch\.setattr\(\s*hermes_state\b|monkeypatch\.setattr\(\s*\"hermes_state\."),
 ))
 
 
