@@ -10,7 +10,10 @@ from ..content import from_columns
 from ..schema import TABLES
 from .registry import query
 
-__all__ = ["MESSAGE_SELECT", "conversation_rows", "get_messages", "get_meta", "get_session", "message_count", "message_dict", "message_storage_state"]
+__all__ = [
+    "MESSAGE_SELECT", "conversation_rows", "get_messages", "get_meta", "get_session", "message_count", "message_dict",
+    "message_storage_state",
+]
 
 # Every column a SQLite ``SELECT * FROM messages`` returns, plus the content kind columns.
 _PUBLIC_MESSAGE_COLUMNS = tuple(name for name, _ in TABLES["messages"] if name not in ("content_kind", "content_bytes"))
