@@ -8,7 +8,7 @@ bound settings (:mod:`hermes_state.session_settings`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes_state.previews import escape_like
 from hermes_state.rules import RESET_REASONS as _RESET_END_REASONS
@@ -16,6 +16,9 @@ from hermes_state.session_settings import _BOUND as _SESSION_RUNTIME_CONFIG
 from hermes_state.session_settings import bind_session_settings as _set_session_runtime_config
 from hermes_state.session_settings import reset_session_settings as _reset_session_runtime_config
 from hermes_state.session_settings import session_setting_text as _session_runtime_config_value
+
+if TYPE_CHECKING:
+    from hermes_state import FTS_STORAGE_VERSION, SCHEMA_SQL, SCHEMA_VERSION
 
 __all__ = [
     "FTS_STORAGE_VERSION",

@@ -124,6 +124,33 @@ def installed_version(name: str) -> str:
     return importlib.metadata.version(name)
 
 
+# --------------------------------------------------------------------------- classifying failures
+
+# First match wins. "internals": the test reaches into the reference implementation (private
+# attributes and module names, its SQLAlchemy engine, its mixin classes, its source text), which
+# a drop-in store need not have; the others are behaviour a host sees.
+CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pattern)) for name, pattern in (
+    ("blocking call on the loop", r"BlockingError"),
+    ("leaked store task", r"Leaked (Task|task)"),
+    ("event loop binding", r"another event loop|different event loop|WriterStoppedError|attached to a different loop"),
+    ("coroutine where upstream has one", r"can't be used in 'await' expression|object \w+ can't be awaited"
+                                         r"|'str' object has no attribute '__cause__'|sqlite_source_id"
+                                         r"|'Result' object has no attribute 'fetchone'|unexpected keyword argument 'db_label'"),
+    ("internals", r"has no attribute '_|does not have the attribute '_|cannot import name '_|'_engine'"
+                  r"|No such file or directory: '[^']*hermes_state[\w.]*\.py'|issubclass\(SessionDB, \w+Mixin\)"
+                  r"|from hermes_state_(common|schema|search|portability) import|SessionSchemaMixin|SessionSearchMixin"
+                  r"|SessionPortabilityMixin|cannot import name '\w+' from 'hermes_state_common'"
+                  r"|monkeypatch\.setattr\(\s*hermes_state\b|monkeypatch\.setattr\(\s*\"hermes_state\."),
+))
+
+
+def cause_of(text: str) -> str:
+    for name, pattern in CAUSES:
+        if pattern.search(text):
+            return name
+    return "other"
+
+
 # --------------------------------------------------------------------------- running pytest
 
 
@@ -211,10 +238,11 @@ class Databases:
         self.names: list[str] = []
 
     def fresh(self) -> str:
+        """A new database's URL in upstream's CI form (``postgresql+psycopg://``; its stores take no other)."""
         name = f"hs_upstream_{uuid.uuid4().hex[:12]}"
         psql(self.dsn, f"CREATE DATABASE {name}")
         self.names.append(name)
-        return database_dsn(self.dsn, name)
+        return "postgresql+psycopg://" + database_dsn(self.dsn, name).split("://", 1)[1]
 
     def drop_all(self) -> None:
         for name in self.names:
@@ -295,7 +323,7 @@ def unpack_sdist(exe: Path, workdir: Path, name: str, version: str) -> Path:
 def adapters_env(args, workdir: Path) -> Path:
     exe = make_venv(workdir / "venv-adapters", args.python)
     pip(exe, f"openai-agents=={args.agents_version}", f"langchain-core=={args.langchain_version}",
-        "pytest", "pytest-asyncio", "pytest-mock", "blockbuster", "freezegun", "syrupy")
+        "pytest", "pytest-asyncio", "pytest-mock", "pytest-timeout", "blockbuster", "freezegun", "syrupy")
     install_hermes_state(exe, args.project, "openai-agents,langchain")
     return exe
 
@@ -305,9 +333,28 @@ def suite_plugin(args, workdir: Path, exe: Path, package: str, version: str, fil
     source = unpack_sdist(exe, workdir, package, version)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env["PYTHONPATH"] = str(PLUGINS)
-    extra = ["-p", plugin, "-o", "addopts="]
+    # A test that hangs fails alone (its file's other results are kept).
+    extra = ["-p", plugin, "-o", "addopts=", f"--timeout={args.test_timeout:g}"]
     print(f"{package} {version}: {len(files)} test files, store plugin {plugin}")
     return run_files(exe, source, files, lambda _f: env, extra, args.jobs, args.timeout)
+
+
+def summarise(report: Path) -> None:
+    """Print the failures of a saved ``--report`` by cause (``--summarise FILE``)."""
+    data = json.loads(report.read_text(encoding="utf-8"))
+    for suite, files in data.items():
+        causes: dict[str, list[str]] = {}
+        for res in files:
+            for name, text in res["failures"].items():
+                causes.setdefault(cause_of(text), []).append(name)
+        passed = sum(r["passed"] for r in files)
+        run_ = sum(r["passed"] + r["failed"] + r["errors"] for r in files)
+        print(f"{suite}: {passed} / {run_} passed")
+        for cause, names in sorted(causes.items(), key=lambda kv: -len(kv[1])):
+            print(f"  {len(names):4d}  {cause}")
+            if cause != "internals":
+                for name in names:
+                    print(f"          {name}")
 
 
 def main() -> int:
@@ -322,11 +369,17 @@ def main() -> int:
     parser.add_argument("--project", type=Path, default=PROJECT, help="the hermes-state source tree to install")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per test file")
+    parser.add_argument("--test-timeout", type=float, default=60.0, help="seconds per test (framework suites)")
     parser.add_argument("--python", default=sys.executable, help="interpreter the venvs are made from")
     parser.add_argument("--agents-version", default=None)
     parser.add_argument("--langchain-version", default=None)
+    parser.add_argument("--list-failures", action="store_true", help="name every failure not caused by internals")
     parser.add_argument("--report", type=Path, help="write every failure's text here (JSON)")
+    parser.add_argument("--summarise", type=Path, help="only print the failures of a saved report by cause")
     args = parser.parse_args()
+    if args.summarise:
+        summarise(args.summarise)
+        return 0
     args.agents_version = args.agents_version or installed_version("openai-agents")
     args.langchain_version = args.langchain_version or installed_version("langchain-core")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="hs-upstream-suite-"))
@@ -347,6 +400,18 @@ def main() -> int:
                 args, workdir, exe, "langchain-core", args.langchain_version,
                 ["tests/unit_tests/chat_history/test_chat_history.py", "tests/unit_tests/runnables/test_history.py"],
                 "langchain_history")
+    for suite, results in totals.items():
+        causes: dict[str, list[str]] = {}
+        for res in results:
+            for name, text in res.failures.items():
+                causes.setdefault(cause_of(text), []).append(name)
+        if causes:
+            print(f"\n{suite}: failures by cause")
+            for cause, names in sorted(causes.items(), key=lambda kv: -len(kv[1])):
+                print(f"  {len(names):4d}  {cause}")
+                if cause != "internals" and args.list_failures:
+                    for name in names:
+                        print(f"          {name}")
     print("\nsuite        passed / run   (failed, errors, skipped)")
     for suite, results in totals.items():
         passed = sum(r.passed for r in results)

@@ -34,6 +34,14 @@ class StoreBackedHistory(HermesChatMessageHistory):
         if messages:
             self.add_messages(list(messages))
 
+    # The in-memory class is a pydantic model: two histories are equal when their messages are.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoreBackedHistory):
+            return NotImplemented
+        return self.messages == other.messages
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 def pytest_configure(config: Any) -> None:
     langchain_core.chat_history.InMemoryChatMessageHistory = StoreBackedHistory  # type: ignore[misc]

@@ -11,8 +11,8 @@ from ..schema import TABLES
 from .registry import query
 
 __all__ = [
-    "MESSAGE_SELECT", "conversation_rows", "get_messages", "get_meta",
-    "get_session", "message_count", "message_dict", "message_storage_state",
+    "MESSAGE_SELECT", "conversation_rows", "get_messages", "get_meta", "get_session", "message_count", "message_dict",
+    "message_storage_state",
 ]
 
 # Every column a SQLite ``SELECT * FROM messages`` returns, plus the content kind columns.
