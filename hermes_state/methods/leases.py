@@ -255,10 +255,18 @@ class TurnLeaseMethods(StoreBase):
             await self._withdraw_ticket(ticket)
 
     async def _withdraw_ticket(self, ticket: int) -> None:
-        """Leave the queue; the waiter now first (if the lease is free) is woken."""
-        withdrawn, conversation = await self._write(
-            WithdrawTurnTicket(ticket=ticket), during_close=self._closed and self._opened
-        )
+        """Leave the queue; the waiter now first (if the lease is free) is woken.
+
+        A failure is logged, not raised: the ticket expires by itself within
+        ``WAITER_TTL_SECONDS`` (at once for waiters of this host once this process is gone).
+        """
+        try:
+            withdrawn, conversation = await self._write(
+                WithdrawTurnTicket(ticket=ticket), during_close=self._closed and self._opened
+            )
+        except Exception as exc:
+            log.warning("could not leave the turn-lease queue (ticket %s): %s; it expires by itself", ticket, exc)
+            return
         if withdrawn:
             await self._announce_release(conversation)
 
@@ -384,6 +392,6 @@ def _cleanup_done(pending: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[No
     def done(task: asyncio.Task[None]) -> None:
         pending.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("could not release a turn lease its cancelled caller took: %s", task.exception())
+            log.error("could not release a turn lease its cancelled caller took (it ends at its TTL): %s", task.exception())
 
     return done

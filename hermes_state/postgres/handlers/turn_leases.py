@@ -55,29 +55,36 @@ INSERT INTO session_turn_leases (conversation_id, holder, acquired_at, expires_a
 SELECT $1, $2, c.now, c.now + $3, nextval('session_turn_lease_tokens'), $4, $5, $6 FROM (SELECT {DB_NOW} AS now) AS c
 ON CONFLICT (conversation_id) DO NOTHING RETURNING token
 """
-_AHEAD_SQL = (
-    "SELECT ticket, expires_at, holder_host, holder_pid, holder_started FROM session_turn_waiters "
-    "WHERE conversation_id = $1 AND ticket < $2 ORDER BY ticket"
-)
+# The clock (read after the lease row's lock was granted) and the waiters queued ahead, in one round trip.
+_NOW_AND_AHEAD_SQL = f"""
+SELECT c.now, w.ticket, w.expires_at, w.holder_host, w.holder_pid, w.holder_started
+FROM (SELECT {DB_NOW} AS now) AS c LEFT JOIN LATERAL (
+    SELECT * FROM session_turn_waiters WHERE conversation_id = $1 AND ticket < $2 ORDER BY ticket
+) AS w ON true
+"""
 _ENQUEUE_SQL = f"""
 INSERT INTO session_turn_waiters (ticket, conversation_id, holder, expires_at, holder_host, holder_pid, holder_started)
 VALUES (nextval('session_turn_lease_tokens'), $1, $2, {DB_NOW} + $3, $4, $5, $6) RETURNING ticket
 """
-_SWEEP_WAITERS_SQL = f"""
-DELETE FROM session_turn_waiters WHERE ticket IN (
-    SELECT ticket FROM session_turn_waiters WHERE expires_at < {DB_NOW} - $1 ORDER BY expires_at LIMIT $2)
-"""
 _SWEEP_SQL = f"""
-DELETE FROM session_turn_leases WHERE conversation_id IN (
-    SELECT conversation_id FROM session_turn_leases WHERE expires_at < {DB_NOW} - $1
-    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+WITH leases AS (
+    DELETE FROM session_turn_leases WHERE conversation_id IN (
+        SELECT conversation_id FROM session_turn_leases WHERE expires_at < {DB_NOW} - $1
+        ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+), waiters AS (
+    DELETE FROM session_turn_waiters WHERE ticket IN (
+        SELECT ticket FROM session_turn_waiters WHERE expires_at < {DB_NOW} - $2
+        ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+)
+SELECT 1
 """
 
 
-async def _first_in_queue(conn: Any, key: str, ticket: int | None, now: float) -> bool:
-    """Whether no live waiter of ``key`` is ahead of ``ticket`` (of anyone, for None); drops dead waiters met."""
-    rows = await conn.fetch(_AHEAD_SQL, key, ticket if ticket is not None else 1 << 62)
+async def _first_in_queue(conn: Any, rows: list[Any], now: float) -> bool:
+    """Whether none of the waiters queued ahead (``rows``) is live; drops the dead ones met."""
     for row in rows:
+        if row["ticket"] is None:
+            continue
         if await turn_waiter_alive_on_loop(
             float(row["expires_at"]), row["holder_host"], row["holder_pid"], row["holder_started"], now
         ):
@@ -111,7 +118,8 @@ async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, in
     row = await conn.fetchrow(_LOCK_SQL, cmd.session_id)
     key = row["key"]
     process = (cmd.host, cmd.pid, cmd.started)
-    now = await conn.fetchval(f"SELECT {DB_NOW}")  # after the row lock was granted
+    ahead = await conn.fetch(_NOW_AND_AHEAD_SQL, key, cmd.ticket if cmd.ticket is not None else 1 << 62)
+    now = ahead[0]["now"]  # read after the lease row's lock was granted
     verdict = "take"
     if row["holder"] is not None:
         verdict = await turn_lease_takeover_on_loop(
@@ -121,7 +129,7 @@ async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, in
         if verdict == "held":
             await _drop_ticket(conn, cmd.ticket)
             return True, row["token"], key, False, None
-    if verdict == "busy" or not await _first_in_queue(conn, key, cmd.ticket, now):
+    if verdict == "busy" or not await _first_in_queue(conn, ahead, now):
         return False, None, key, False, await _queue(conn, cmd, key)
     if row["holder"] is not None:
         token = await conn.fetchval(_TAKE_SQL, key, cmd.holder, cmd.ttl_seconds, *process)
@@ -130,8 +138,7 @@ async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, in
         if token is None:  # another acquire inserted first and committed: its lease
             return False, None, key, False, await _queue(conn, cmd, key)
     await _drop_ticket(conn, cmd.ticket)
-    await conn.execute(_SWEEP_SQL, SWEEP_GRACE_SECONDS, _SWEEP_BATCH)
-    await conn.execute(_SWEEP_WAITERS_SQL, WAITER_GRACE_SECONDS, _SWEEP_BATCH)
+    await conn.execute(_SWEEP_SQL, SWEEP_GRACE_SECONDS, WAITER_GRACE_SECONDS, _SWEEP_BATCH)
     return True, token, key, True, None
 
 
