@@ -175,9 +175,11 @@ class PostgresBackend:
             if self.read_only:
                 async with self.pool.acquire() as conn:
                     self._facts = await check_schema_read_only(conn)
+                    await self._warn_if_pooled(conn)
             else:
                 self._writer_conn = await self._connect_writer()
                 self._facts = await ensure_schema(self._writer_conn)
+                await self._warn_if_pooled(self._writer_conn)
         except BaseException as exc:
             await self.close()
             if is_pooler_symptom(exc):
@@ -185,6 +187,17 @@ class PostgresBackend:
             raise
         if self._pooled:  # LISTEN through a pooler hears nothing: find out (and warn) now, in the background
             self._lease_listener.start()
+
+    async def _warn_if_pooled(self, conn: Any) -> None:
+        """Log a warning when an undeclared pooler sits in between (the server pid is not the one connect announced)."""
+        if self._pooled:
+            return
+        if await conn.fetchval("SELECT pg_backend_pid()") != conn.get_server_pid():
+            log.warning(
+                "PostgreSQL SessionDB at %s goes through a connection pooler (the server process differs from the "
+                "one announced at connect); if it pools by transaction (PgBouncer pool_mode=transaction, hosted "
+                "poolers), add pooler=transaction to the URL: see docs/postgres-operations.md", self._endpoint,
+            )
 
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
         """Apply one batch; after a lost connection, find out whether it committed.
