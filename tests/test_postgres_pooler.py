@@ -219,6 +219,16 @@ def test_pooler_and_listen_url_options_are_checked() -> None:
 # ----------------------------------------------------------------------------- item 2
 
 
+async def checked_listener(db: SessionDB) -> Any:
+    """The store's lease listener once its background check has decided (at most 10 s)."""
+    listener = db._backend._lease_listener
+    for _ in range(200):
+        if listener.deaf or listener.verified:
+            break
+        await asyncio.sleep(0.05)
+    return listener
+
+
 async def test_listener_behind_pooler_warns_once(
     pg_bouncer: PgBouncer, pg_schema: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -230,11 +240,7 @@ async def test_listener_behind_pooler_warns_once(
     try:
         with caplog.at_level(logging.WARNING, logger="hermes_state.postgres"):
             await db.create_session("s", "cli")
-            listener = db._backend._lease_listener
-            for _ in range(100):
-                if listener.deaf:
-                    break
-                await asyncio.sleep(0.1)
+            listener = await checked_listener(db)
             assert listener.deaf and not listener.verified
             assert not await db._backend.watch_lease_releases()  # no second attempt, no second warning
             async with db.session_turn("s", "me", ttl_seconds=30):
@@ -281,11 +287,7 @@ async def test_direct_store_gives_no_pooler_warning(pg_dsn: str, caplog: pytest.
         with caplog.at_level(logging.WARNING, logger="hermes_state.postgres"):
             await db.create_session("s", "cli")
             assert await db._backend.watch_lease_releases()
-            listener = db._backend._lease_listener
-            for _ in range(100):
-                if listener.verified:
-                    break
-                await asyncio.sleep(0.05)
+            listener = await checked_listener(db)
             assert listener.verified and not listener.deaf
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     finally:
