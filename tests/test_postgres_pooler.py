@@ -202,6 +202,9 @@ def test_pooler_and_listen_url_options_are_checked() -> None:
         SessionDB(f"{base}?pooler=session")
     with pytest.raises(ValueError, match="listen_url"):
         SessionDB(f"{base}?listen_url=nonsense")
+    for key in ("statement_cache_size", "prepare_threshold", "prepared_statements"):
+        with pytest.raises(ValueError, match=f"'{key}' is not a server setting.*pooler=transaction"):
+            SessionDB(f"{base}?{key}=0")
     listen = "postgresql+asyncpg://u:secret@direct:5432/db"
     db = SessionDB(f"{base}?pooler=transaction&listen_url={quote(listen, safe='')}")
     assert "secret" not in db.db_path and "listen_url=" in db.db_path
