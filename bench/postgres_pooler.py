@@ -12,15 +12,19 @@ measured in the same run, one after the other:
 
 Shapes:
 
-  (w) TASKS tasks x APPENDS awaited ``append_message`` each (own session):
-      the write path, group-committed
-  (r) TASKS tasks x READS ``get_messages`` of their 40-message session
-  (s) TASKS tasks x READS ``search_messages`` of a word every session holds
+  (w) 20 tasks x awaited ``append_message`` each (own session): the write
+      path, group-committed
+  (r) 20 tasks x ``get_messages`` of their session (40+ messages)
+  (s) 20 tasks x ``search_messages`` of a word every session holds
 
-Prints operations per second and each contender's ratio to ``direct``.
+The three stores stay open side by side; each round runs every shape on
+every contender for 20 x 10 calls, the contenders' order rotating from round
+to round, so load from elsewhere on the machine hits all three alike. Prints
+the median operations per second over the rounds and each contender's ratio
+to ``direct``.
 
-    python3 bench/postgres_pooler.py                  # default run (about a minute)
-    python3 bench/postgres_pooler.py --scale 0.3      # smoke run
+    python3 bench/postgres_pooler.py                  # 9 rounds (a minute or two)
+    python3 bench/postgres_pooler.py --rounds 3 --scale 0.5   # smoke run
 """
 
 from __future__ import annotations
@@ -57,46 +61,44 @@ async def timed(calls: list[Any]) -> float:
     return time.perf_counter() - started
 
 
-async def run_contender(url: str, appends: int, reads: int) -> dict[str, float]:
-    """Operations per second of each shape for the store at ``url``."""
-    from hermes_state.postgres import SessionDB
+class Contender:
+    """One store (its own schema) with TASKS sessions of ``messages`` messages each."""
 
-    db = SessionDB(url)
-    try:
-        ids = [f"s{n}" for n in range(TASKS)]
-        for sid in ids:
-            await db.create_session(sid, "bench")
+    def __init__(self, url: str) -> None:
+        from hermes_state.postgres import SessionDB
 
-        def writer(sid: str) -> Any:
+        self.db = SessionDB(url)
+        self.ids = [f"s{n}" for n in range(TASKS)]
+
+    async def fill(self, messages: int) -> None:
+        for sid in self.ids:
+            await self.db.create_session(sid, "bench")
+            await self.db.append_messages_batch(sid, [{"role": "user", "content": f"m{i} pelican"} for i in range(messages)])
+
+    def calls(self, shape: str, per_task: int) -> list[Any]:
+        db = self.db
+
+        def one(sid: str) -> Any:
             async def run() -> None:
-                for i in range(appends):
-                    await db.append_message(sid, "user", f"message {i} of {sid} pelican")
-            return run
-
-        def reader(sid: str, search: bool) -> Any:
-            async def run() -> None:
-                for _ in range(reads):
-                    if search:
-                        await db.search_messages("pelican", limit=10)
-                    else:
+                for i in range(per_task):
+                    if shape == "w":
+                        await db.append_message(sid, "user", f"message {i} of {sid}")
+                    elif shape == "r":
                         await db.get_messages(sid)
+                    else:
+                        await db.search_messages("pelican", limit=10)
             return run
 
-        seconds_w = await timed([writer(sid) for sid in ids])
-        seconds_r = await timed([reader(sid, False) for sid in ids])
-        seconds_s = await timed([reader(sid, True) for sid in ids])
-    finally:
-        await db.close()
-    return {"w": TASKS * appends / seconds_w, "r": TASKS * reads / seconds_r, "s": TASKS * reads / seconds_s}
+        return [one(sid) for sid in self.ids]
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dsn", default=os.environ.get("HERMES_TEST_POSTGRES_DSN") or DEFAULT_DSN)
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
-    appends, reads = max(1, int(40 * args.scale)), max(1, int(30 * args.scale))
+    per_task = max(1, int(10 * args.scale))
 
     import asyncpg  # type: ignore[import-untyped]
 
@@ -104,36 +106,43 @@ async def main() -> None:
 
     bouncer = start_pgbouncer(args.dsn, pool_size=20)
     admin = await asyncpg.connect(args.dsn)
-    results: dict[str, list[dict[str, float]]] = {}
+    schemas = [f"hs_bench_{uuid.uuid4().hex}" for _ in range(3)]
+    contenders: dict[str, Contender] = {}
+    rates: dict[tuple[str, str], list[float]] = {}
     try:
+        for schema in schemas:
+            await admin.execute(f'CREATE SCHEMA "{schema}"')
         contenders = {
-            "direct": lambda schema: store_url(args.dsn, schema),
-            "direct+pooler": lambda schema: store_url(args.dsn, schema, "pooler=transaction"),
-            "pgbouncer": lambda schema: store_url(bouncer.admin_dsn, schema, "pooler=transaction"),
+            "direct": Contender(store_url(args.dsn, schemas[0])),
+            "direct+pooler": Contender(store_url(args.dsn, schemas[1], "pooler=transaction")),
+            "pgbouncer": Contender(store_url(bouncer.admin_dsn, schemas[2], "pooler=transaction")),
         }
-        for _ in range(args.repeat):
-            for label, url_of in contenders.items():  # interleaved, so drift hits every contender alike
-                schema = f"hs_bench_{uuid.uuid4().hex}"
-                await admin.execute(f'CREATE SCHEMA "{schema}"')
-                try:
-                    results.setdefault(label, []).append(await run_contender(url_of(schema), appends, reads))
-                finally:
-                    await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        for contender in contenders.values():
+            await contender.fill(40)
+        labels = list(contenders)
+        # Short rounds, the contenders' order rotating: load from elsewhere hits each alike.
+        for n in range(args.rounds):
+            for shape in ("w", "r", "s"):
+                for label in labels[n % 3:] + labels[: n % 3]:
+                    seconds = await timed(contenders[label].calls(shape, per_task))
+                    rates.setdefault((label, shape), []).append(TASKS * per_task / seconds)
     finally:
+        for contender in contenders.values():
+            await contender.db.close()
+        for schema in schemas:
+            await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await admin.close()
         stop_pgbouncer(bouncer)
 
-    names = {"w": f"(w) {TASKS}x{appends} appends", "r": f"(r) {TASKS}x{reads} get_messages",
-             "s": f"(s) {TASKS}x{reads} search_messages"}
-    print(f"median of {args.repeat} runs; ops/s, and ratio to direct")
-    print(f"{'shape':32} {'direct':>10} {'direct+pooler':>22} {'pgbouncer':>22}")
+    names = {"w": f"(w) {TASKS} tasks x append_message", "r": f"(r) {TASKS} tasks x get_messages (40 rows)",
+             "s": f"(s) {TASKS} tasks x search_messages"}
+    print(f"median of {args.rounds} rounds of {TASKS}x{per_task} calls; ops/s, and ratio to direct")
+    print(f"{'shape':40} {'direct':>10} {'direct+pooler':>20} {'pgbouncer':>20}")
     for shape, name in names.items():
-        median = {label: statistics.median(r[shape] for r in runs) for label, runs in results.items()}
+        median = {label: statistics.median(rates[(label, shape)]) for label in contenders}
         base = median["direct"]
-        cells = [f"{median['direct']:10.0f}"] + [
-            f"{median[label]:10.0f} ({median[label] / base:5.2f}x)" for label in ("direct+pooler", "pgbouncer")
-        ]
-        print(f"{name:32} {' '.join(f'{c:>22}' if i else c for i, c in enumerate(cells))}")
+        cells = [f"{median[label]:8.0f} ({median[label] / base:4.2f}x)" for label in ("direct+pooler", "pgbouncer")]
+        print(f"{name:40} {base:10.0f} {cells[0]:>20} {cells[1]:>20}")
 
 
 if __name__ == "__main__":
