@@ -155,12 +155,14 @@ class PostgresBackend:
             raise unavailable(endpoint(self._listen_url), exc) from exc
 
     async def _notify(self, channel: str) -> None:
-        """Send a notification on ``channel`` from a pooled connection (the listener's check)."""
-        if self.pool is None:
-            raise StoreClosedError()
-        async with self.pool.acquire() as conn:
+        """Send a notification on ``channel`` from a connection of its own (the listener's check; the read
+        pool's slots stay with the readers)."""
+        conn = await self._connect_writer()
+        try:
             async with conn.transaction():
                 await conn.execute("SELECT pg_notify($1, 'probe')", channel)
+        finally:
+            await conn.close(timeout=5)
 
     async def open(self) -> None:
         load_driver()
