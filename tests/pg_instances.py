@@ -110,7 +110,7 @@ def start_pgbouncer(
 def stop_pgbouncer(bouncer: PgBouncer) -> None:
     """Stop the PgBouncer ``start_pgbouncer`` started (its own process only) and remove its files."""
     if bouncer.process.poll() is None:
-        bouncer.process.send_signal(signal.SIGINT)  # immediate shutdown
+        bouncer.process.send_signal(signal.SIGTERM)  # PgBouncer: immediate shutdown (SIGINT waits for clients)
         try:
             bouncer.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -109,15 +109,17 @@ async def test_migration_lock_holds_through_pgbouncer(pg_bouncer: PgBouncer, pg_
         await db.close()
 
 
-async def test_lost_prepared_statement_is_named_with_its_fix(pg_schema: str) -> None:
-    """Without ``pooler=transaction``, a cached statement the pooler's server lost is one clear error."""
+async def test_lost_prepared_statement_is_named_with_its_fix(pg_schema: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Without ``pooler=transaction``: a warning at open, and a statement the pooler's server lost is one clear error."""
     # The schema comes from PgBouncer's own connect_query, so the store needs no startup parameter
     # and gets as far as its prepared statements; one server connection makes the loss certain.
     bouncer = start_pgbouncer(server_dsn(), pool_size=1, connect_query=f"SET search_path = {pg_schema}")
     db = SessionDB(store_dsn(bouncer.admin_dsn))
     other = await admin_connect(bouncer.admin_dsn)
     try:
-        await db.create_session("s", "cli")
+        with caplog.at_level(logging.WARNING, logger="hermes_state.postgres"):
+            await db.create_session("s", "cli")
+        assert any("goes through a connection pooler" in r.getMessage() for r in caplog.records)
         await db.append_message("s", "user", "one")
         assert [m["content"] for m in await db.get_messages("s")] == ["one"]
         await other.execute("DEALLOCATE ALL")  # lands on the one server connection, as another client's reset would
@@ -200,6 +202,9 @@ def test_pooler_and_listen_url_options_are_checked() -> None:
         SessionDB(f"{base}?pooler=session")
     with pytest.raises(ValueError, match="listen_url"):
         SessionDB(f"{base}?listen_url=nonsense")
+    for key in ("statement_cache_size", "prepare_threshold", "prepared_statements"):
+        with pytest.raises(ValueError, match=f"'{key}' is not a server setting.*pooler=transaction"):
+            SessionDB(f"{base}?{key}=0")
     listen = "postgresql+asyncpg://u:secret@direct:5432/db"
     db = SessionDB(f"{base}?pooler=transaction&listen_url={quote(listen, safe='')}")
     assert "secret" not in db.db_path and "listen_url=" in db.db_path
@@ -217,6 +222,16 @@ def test_pooler_and_listen_url_options_are_checked() -> None:
 # ----------------------------------------------------------------------------- item 2
 
 
+async def checked_listener(db: SessionDB) -> Any:
+    """The store's lease listener once its background check has decided (at most 10 s)."""
+    listener = db._backend._lease_listener
+    for _ in range(200):
+        if listener.deaf or listener.verified:
+            break
+        await asyncio.sleep(0.05)
+    return listener
+
+
 async def test_listener_behind_pooler_warns_once(
     pg_bouncer: PgBouncer, pg_schema: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,11 +243,7 @@ async def test_listener_behind_pooler_warns_once(
     try:
         with caplog.at_level(logging.WARNING, logger="hermes_state.postgres"):
             await db.create_session("s", "cli")
-            listener = db._backend._lease_listener
-            for _ in range(100):
-                if listener.deaf:
-                    break
-                await asyncio.sleep(0.1)
+            listener = await checked_listener(db)
             assert listener.deaf and not listener.verified
             assert not await db._backend.watch_lease_releases()  # no second attempt, no second warning
             async with db.session_turn("s", "me", ttl_seconds=30):
@@ -270,3 +281,17 @@ async def test_listen_url_wakes_another_process_at_once(pg_bouncer: PgBouncer, p
             waiter.wait()
         await db.close()
 
+
+
+async def test_direct_store_gives_no_pooler_warning(pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """On the server itself the open-time pooler check stays quiet, and the LISTEN check passes."""
+    db = SessionDB(pg_dsn)
+    try:
+        with caplog.at_level(logging.WARNING, logger="hermes_state.postgres"):
+            await db.create_session("s", "cli")
+            assert await db._backend.watch_lease_releases()
+            listener = await checked_listener(db)
+            assert listener.verified and not listener.deaf
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    finally:
+        await db.close()

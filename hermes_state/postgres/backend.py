@@ -214,12 +214,14 @@ class PostgresBackend:
             raise err from exc
 
     async def _notify(self, channel: str) -> None:
-        """Send a notification on ``channel`` from a pooled connection (the listener's check)."""
-        if self.pool is None:
-            raise StoreClosedError()
-        async with self.pool.acquire() as conn:
+        """Send a notification on ``channel`` from a connection of its own (the listener's check; the read
+        pool's slots stay with the readers)."""
+        conn = await self._connect_writer()
+        try:
             async with conn.transaction():
                 await conn.execute("SELECT pg_notify($1, 'probe')", channel)
+        finally:
+            await conn.close(timeout=5)
 
     async def open(self) -> None:
         load_driver()
@@ -235,9 +237,11 @@ class PostgresBackend:
             if self.read_only:
                 async with self.pool.acquire() as conn:
                     self._facts = await check_schema_read_only(conn)
+                    await self._warn_if_pooled(conn)
             else:
                 self._writer_conn = await self._connect_writer()
                 self._facts = await ensure_schema(self._writer_conn)
+                await self._warn_if_pooled(self._writer_conn)
         except BaseException as exc:
             await self.close()
             if is_pooler_symptom(exc):
@@ -263,6 +267,17 @@ class PostgresBackend:
         await self.pool.open()
         if not self.read_only:
             self._writer_conn = await self._connect_writer()
+
+    async def _warn_if_pooled(self, conn: Any) -> None:
+        """Log a warning when an undeclared pooler sits in between (the server pid is not the one connect announced)."""
+        if self._pooled:
+            return
+        if await conn.fetchval("SELECT pg_backend_pid()") != conn.get_server_pid():
+            log.warning(
+                "PostgreSQL SessionDB at %s goes through a connection pooler (the server process differs from the "
+                "one announced at connect); if it pools by transaction (PgBouncer pool_mode=transaction, hosted "
+                "poolers), add pooler=transaction to the URL: see docs/postgres-operations.md", self.endpoint,
+            )
 
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
         """Apply one batch; after a lost connection, find out whether it committed.

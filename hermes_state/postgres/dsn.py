@@ -33,7 +33,9 @@ SCHEMES = (SCHEME, "postgresql+psycopg://")
 _TRANSLATED = ("connect_timeout", "options", "pooler", "listen_url")
 # Query parameters for the store itself, never sent to the server.
 _STORE_PARAMETERS = ("commit_outcome_timeout",)
-# The store's connection-shape parameters (see ``pooler`` and ``lease_listener``); never sent to the server.
+# Driver options people put in URLs; none of them is a URL parameter of asyncpg.
+_DRIVER_OPTIONS = ("statement_cache_size", "prepare_threshold", "prepared_statements")
+# The store's own parameters (see ``pooler`` and ``lease_listener``); never sent to the server.
 STORE_PARAMETERS = ("pooler", "listen_url")
 
 
@@ -69,6 +71,12 @@ def url_connect_kwargs(dsn: str) -> dict[str, Any]:
     for key, value in _query(dsn):
         if key in LIBPQ_ONLY_URL_PARAMETERS:
             raise ValueError(f"db_path parameter {key!r} is a libpq setting asyncpg has no equivalent for; remove it")
+        if key in _DRIVER_OPTIONS:  # asyncpg would send it to the server as a setting, which refuses it
+            raise ValueError(
+                f"db_path parameter {key!r} is not a server setting: behind a transaction pooler add "
+                "pooler=transaction (it turns prepared statements off); otherwise set "
+                "database.postgres.connect_args.statement_cache_size in config.yaml"
+            )
         if key == "connect_timeout":
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"db_path parameter connect_timeout must be a whole number of seconds >= 1, not {value!r}")
