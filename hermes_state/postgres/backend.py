@@ -311,7 +311,8 @@ class PostgresBackend:
             try:
                 return await asyncio.wait_for(self._ask_committed(token), max(deadline - loop.time(), 0.001))
             except Exception as exc:
-                if not (is_disconnect(exc) or is_read_only_error(exc) or isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError))):
+                retryable = is_disconnect(exc) or is_read_only_error(exc)
+                if not (retryable or isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError))):
                     raise
                 last = exc
                 await self._drop_writer()
