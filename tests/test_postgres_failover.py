@@ -142,6 +142,7 @@ async def _lost_reply(db: SessionDB, cluster: Cluster) -> asyncio.Future[int]:
     return pending
 
 
+@pytest.mark.slow  # a server crash and restart/promotion, seconds of waiting
 async def test_a_lost_commit_reply_is_resolved_across_a_restart_within_the_default_window(pg_primary: Cluster) -> None:
     primary = pg_primary.primary
     db = SessionDB(pg_primary.multi_host_url())
@@ -192,6 +193,7 @@ async def test_the_outcome_window_is_configurable_and_an_unknown_outcome_names_t
         await db.close()
 
 
+@pytest.mark.slow  # a server crash and restart/promotion, seconds of waiting
 async def test_failover_to_a_synchronous_standby_keeps_every_acknowledged_write_once(pg_primary: Cluster) -> None:
     standby = await asyncio.to_thread(pg_primary.add_standby, synchronous=True)
     primary = pg_primary.primary
