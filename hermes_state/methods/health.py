@@ -73,7 +73,8 @@ class HealthMethods(StoreBase):
 
         ``commands`` committed in ``batches`` group commits, ``commands_per_batch``
         their ratio rounded (0.0 before the first commit), ``running`` whether
-        the writer task is up (never on a read-only store); ``queue_depth``
+        the writer accepts writes (its task runs only while writes are queued;
+        never on a read-only store); ``queue_depth``
         (commands waiting), ``commands_per_batch_mean`` / ``_max``,
         ``commit_latency_p50_ms`` / ``commit_latency_p99_ms`` over the last 1024
         batches (None before the first) with ``latency_window`` their count,

@@ -12,7 +12,8 @@ imported only at the first awaited call, so constructing a store without the
 
 from __future__ import annotations
 
+from .errors import TransactionPoolerError
 from .pool import PoolTimeoutError
 from .store import SessionDB
 
-__all__ = ["PoolTimeoutError", "SessionDB"]
+__all__ = ["PoolTimeoutError", "SessionDB", "TransactionPoolerError"]

@@ -22,14 +22,17 @@ from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
+from .client_files import Connector
 from .config import PostgresConfig, load_postgres_config
-from .dsn import asyncpg_dsn, commit_outcome_timeout, endpoint, redact_dsn, url_connect_kwargs
-from .errors import is_busy, is_disconnect, to_store_error
+from .core_boundary import CoreBoundary
+from .dsn import asyncpg_dsn, commit_outcome_timeout, endpoint, redact_dsn, url_connect_kwargs, url_store_options
+from .errors import is_busy, is_disconnect, is_pooler_symptom, pooler_error, to_store_error
 from .failover import DEFAULT_COMMIT_OUTCOME_TIMEOUT, connect_error, is_read_only_error, no_writable_server, writable_target
 from .hosts import peer
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
-from .pool import ConnectionPool, PoolTimeoutError
+from .pool import ConnectionPool, PoolTimeoutError, drop_connection
+from .pooler import for_transaction_pooler, url_server_settings, without_url_settings
 from .queries import query_for
 from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
@@ -126,6 +129,11 @@ class PostgresReader:
             return result
 
 
+def _load_configs(home: Path | None) -> tuple[StoreConfig, PostgresConfig]:
+    """The profile's store config and its ``database.postgres`` part (reads config.yaml)."""
+    return load_config(home), load_postgres_config(home)
+
+
 class PostgresBackend:
     """Owns the connections to one PostgreSQL database (and schema, via ``search_path``)."""
 
@@ -149,12 +157,31 @@ class PostgresBackend:
         self._facts: dict[str, Any] = {}
         self.endpoint = endpoint(dsn)  # the URL's host list, for errors before a connection exists
         self._writer_at = self.endpoint  # the host the writer connection talks to
-        self._lease_listener = LeaseReleaseListener(self._connect_writer, self.lease_identity())
+        self._shared_connector: Connector | None = None
+        self._pooled = False  # behind a transaction pooler (``pooler``); read at open
+        self._listen_url: str | None = None
+        self._lease_listener = LeaseReleaseListener(self._connect_listener, self.lease_identity(), self._notify)
+        self._core: CoreBoundary | None = None
 
-    def _connect_kwargs(self) -> dict[str, Any]:
+    def core(self) -> CoreBoundary:
+        """The SQLAlchemy Core boundary for host SQL (``SessionDB._read`` / ``_write``), made on first use."""
+        if self._core is None:
+            self._core = CoreBoundary(self._connect_writer, self.pg_config)
+        return self._core
+
+    def _direct_kwargs(self) -> dict[str, Any]:
         kwargs = self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
         # A writable store reads its own writes from the primary too, so both connect to a writable host.
         return kwargs if self.read_only else {**kwargs, **writable_target(self.dsn)}
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        if self._pooled:
+            return for_transaction_pooler(self._direct_kwargs(), url_server_settings(asyncpg_dsn(self.dsn)))
+        return self._direct_kwargs()
+
+    def _server_dsn(self) -> str:
+        dsn = asyncpg_dsn(self.dsn)
+        return without_url_settings(dsn) if self._pooled else dsn
 
     def commit_outcome_timeout(self) -> float:
         """Seconds to keep reconnecting to resolve a lost COMMIT reply: config.yaml, else the URL, else 30."""
@@ -163,10 +190,16 @@ class PostgresBackend:
             configured = commit_outcome_timeout(self.dsn)
         return DEFAULT_COMMIT_OUTCOME_TIMEOUT if configured is None else configured
 
+    def _connector(self) -> Connector:
+        """The connector every connection of this store opens through (one, so it learns the server's TLS answer)."""
+        if self._shared_connector is None:
+            self._shared_connector = Connector(self._server_dsn(), self._connect_kwargs())
+        return self._shared_connector
+
     async def _connect_writer(self) -> Any:
-        asyncpg = load_driver()
+        load_driver()
         try:
-            conn = await asyncpg.connect(asyncpg_dsn(self.dsn), **self._connect_kwargs())
+            conn = await self._connector().connect()
         except Exception as exc:
             err = connect_error(self.endpoint, exc)
             if err is None:
@@ -187,12 +220,39 @@ class PostgresBackend:
         self._writer_at = where
         return conn
 
+    async def _connect_listener(self) -> Any:
+        """The LISTEN connection: ``listen_url`` (direct, every setting at startup) when given, else the writer's kind."""
+        if self._listen_url is None:
+            return await self._connect_writer()
+        kwargs = self._direct_kwargs()
+        kwargs["server_settings"] = {**url_server_settings(asyncpg_dsn(self.dsn)), **(kwargs.get("server_settings") or {})}
+        where = endpoint(self._listen_url)
+        try:
+            return await Connector(asyncpg_dsn(self._listen_url), kwargs).connect()
+        except Exception as exc:
+            err = connect_error(where, exc)
+            if err is None:
+                raise
+            raise err from exc
+
+    async def _notify(self, channel: str) -> None:
+        """Send a notification on ``channel`` from a pooled connection (the listener's check)."""
+        if self.pool is None:
+            raise StoreClosedError()
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_notify($1, 'probe')", channel)
+
     async def open(self) -> None:
         load_driver()
-        self.config = load_config(self.home)
-        self.pg_config = load_postgres_config(self.home)
+        # config.yaml is read on a worker thread, never on the loop.
+        self.config, self.pg_config = await asyncio.to_thread(_load_configs, self.home)
+        options = url_store_options(self.dsn)
+        self._pooled = options.get("pooler", self.pg_config.pooler) == "transaction"
+        self._listen_url = options.get("listen_url", self.pg_config.listen_url)
         try:
-            self.pool = ConnectionPool(asyncpg_dsn(self.dsn), self.pg_config, self._connect_kwargs(), self.endpoint)
+            self._shared_connector = None  # the config was just (re)read
+            self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
             await self.pool.open()
             await self._open_replicas()
             if self.read_only:
@@ -201,23 +261,51 @@ class PostgresBackend:
             else:
                 self._writer_conn = await self._connect_writer()
                 self._facts = await ensure_schema(self._writer_conn)
-        except BaseException:
+        except BaseException as exc:
             await self.close()
+            if is_pooler_symptom(exc):
+                raise pooler_error(exc) from exc
             raise
+        if self._pooled:  # LISTEN through a pooler hears nothing: find out (and warn) now, in the background
+            self._lease_listener.start()
+
+    async def rebind(self, dead: bool) -> None:
+        """Serve the event loop the store moved to: asyncpg connections belong to the loop that
+        opened them, so the pool, the writer and the listener start afresh on this one. Returns None.
+
+        ``dead`` (the old loop closed) needs nothing more: a transaction it left
+        open ends with its connection's session.
+        """
+        if self.pool is None:
+            return
+        self.pool.discard()
+        writer, self._writer_conn = self._writer_conn, None
+        drop_connection(writer)
+        self._lease_listener.discard()
+        self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
+        await self.pool.open()
+        for replica in self.replicas.replicas if self.replicas is not None else ():
+            replica.pool.discard()
+            replica.pool = self._replica_pool(replica.dsn)
+            await replica.pool.open()
+        if not self.read_only:
+            self._writer_conn = await self._connect_writer()
 
     async def _open_replicas(self) -> None:
         dsns = self.replica_dsns or self.pg_config.read_replicas
         if not dsns:
             return
-        replicas = [
-            Replica(dsn, ConnectionPool(
-                asyncpg_dsn(dsn), self.pg_config,
-                self.pg_config.connect_kwargs(read_only=True, base=url_connect_kwargs(dsn)), endpoint(dsn),
-            ))
-            for dsn in dsns
-        ]
+        replicas = [Replica(dsn, self._replica_pool(dsn)) for dsn in dsns]
         self.replicas = ReplicaSet(replicas, max_lag=self.pg_config.replica_max_lag, wait=self.pg_config.replica_wait)
         await self.replicas.open()
+
+    def _replica_pool(self, dsn: str) -> ConnectionPool:
+        """A read pool on replica ``dsn``: read-only connections, any host it lists, this store's pool options."""
+        kwargs = self.pg_config.connect_kwargs(read_only=True, base=url_connect_kwargs(dsn))
+        server = asyncpg_dsn(dsn)
+        if self._pooled:
+            kwargs, server = for_transaction_pooler(kwargs, url_server_settings(server)), without_url_settings(server)
+        return ConnectionPool(Connector(server, kwargs), self.pg_config, endpoint(dsn))
 
     def read_routing(self) -> dict[str, Any] | None:
         """How reads were routed and each replica's last known lag (None without replicas; no I/O)."""
@@ -311,8 +399,8 @@ class PostgresBackend:
             try:
                 return await asyncio.wait_for(self._ask_committed(token), max(deadline - loop.time(), 0.001))
             except Exception as exc:
-                retryable = is_disconnect(exc) or is_read_only_error(exc)
-                if not (retryable or isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError))):
+                lost = isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError))
+                if not (lost or is_disconnect(exc) or is_read_only_error(exc)):
                     raise
                 last = exc
                 await self._drop_writer()
@@ -366,13 +454,16 @@ class PostgresBackend:
             "substring_index": self._facts.get("substring_index"),
         }
         if self.pool is not None:
-            async with self.pool.acquire() as conn:
+            async with self.pool.acquire() as conn, conn.transaction(readonly=True):
                 info["server_version"] = await conn.fetchval("SHOW server_version")
                 info["schema"] = await conn.fetchval("SELECT current_schema()")
                 info.update(await search_index_facts(conn))
         return info
 
     async def close(self) -> None:
+        core, self._core = self._core, None
+        if core is not None:
+            await core.close()
         await self._lease_listener.close()
         pool, self.pool = self.pool, None
         replicas, self.replicas = self.replicas, None

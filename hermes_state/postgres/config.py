@@ -20,6 +20,7 @@ from ..config import load_raw_config
 from ..errors import ConfigError
 from .dsn import validate_dsn
 from .libpq import READ_ONLY_SETTING, parse_options
+from .pooler import POOLER_MODES
 
 __all__ = ["ConnectArgs", "PostgresConfig", "load_postgres_config", "parse_postgres_config"]
 
@@ -61,6 +62,10 @@ class PostgresConfig(msgspec.Struct, frozen=True, kw_only=True):
     read_replicas: tuple[str, ...] = ()
     replica_max_lag: float = 5.0
     replica_wait: float = 0.25
+    # "transaction": connections go through a transaction pooler (see ``pooler``); the URL's wins.
+    pooler: str = "none"
+    # A direct URL for the turn-lease LISTEN connection (a pooler drops notifications); the URL's wins.
+    listen_url: str | None = None
 
     def connect_kwargs(self, *, read_only: bool, base: dict[str, Any] | None = None) -> dict[str, Any]:
         """The keyword arguments every new connection gets; read-only forces the server setting.
@@ -212,13 +217,28 @@ def _failover_values(raw: dict[str, Any], values: dict[str, Any]) -> None:
         values["read_replicas"] = tuple(replicas)
 
 
+def _store_options(raw: dict[str, Any], values: dict[str, Any]) -> None:
+    if "pooler" in raw:
+        if raw["pooler"] not in POOLER_MODES:
+            raise ConfigError(f"{_PREFIX}.pooler must be one of {', '.join(POOLER_MODES)}")
+        values["pooler"] = raw["pooler"]
+    if raw.get("listen_url") is not None:
+        try:
+            values["listen_url"] = validate_dsn(raw["listen_url"])
+        except ValueError as exc:
+            raise ConfigError(f"{_PREFIX}.listen_url: {exc}") from None
+
+
 def parse_postgres_config(raw: Any) -> PostgresConfig:
     """Validate a ``database.postgres`` value (None means every default); raises ConfigError."""
     if raw is None:
         return PostgresConfig()
     if not isinstance(raw, dict):
         raise ConfigError(f"{_PREFIX} must be a mapping")
-    _unknown(raw, (*(k for k, _, _ in _POOL_NUMBERS), *_POOL_FLAGS, "connect_args", *_FAILOVER_KEYS), _PREFIX)
+    _unknown(
+        raw, (*(k for k, _, _ in _POOL_NUMBERS), *_POOL_FLAGS, "connect_args", *_FAILOVER_KEYS, "pooler", "listen_url"),
+        _PREFIX,
+    )
     values: dict[str, Any] = {}
     for key, integer, minimum in _POOL_NUMBERS:
         if key in raw:
@@ -228,6 +248,7 @@ def parse_postgres_config(raw: Any) -> PostgresConfig:
             values[key] = _boolean(raw, key)
     _failover_values(raw, values)
     values["connect_args"] = _connect_args(raw.get("connect_args"))
+    _store_options(raw, values)
     return PostgresConfig(**values)
 
 

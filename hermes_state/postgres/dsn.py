@@ -20,18 +20,21 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .hosts import asyncpg_netloc, host_list, parse_hosts
 from .libpq import LIBPQ_ONLY_URL_PARAMETERS, READ_ONLY_SETTING, parse_options
+from .pooler import POOLER_MODES
 
 __all__ = [
     "SCHEME", "SCHEMES", "asyncpg_dsn", "commit_outcome_timeout", "endpoint", "redact_dsn", "url_connect_kwargs",
-    "validate_dsn",
+    "url_store_options", "validate_dsn",
 ]
 
 SCHEME = "postgresql+asyncpg://"
 SCHEMES = (SCHEME, "postgresql+psycopg://")
 # Query parameters read here rather than by asyncpg.
-_TRANSLATED = ("connect_timeout", "options")
+_TRANSLATED = ("connect_timeout", "options", "pooler", "listen_url")
 # Query parameters for the store itself, never sent to the server.
 _STORE_PARAMETERS = ("commit_outcome_timeout",)
+# The store's connection-shape parameters (see ``pooler`` and ``lease_listener``); never sent to the server.
+STORE_PARAMETERS = ("pooler", "listen_url")
 
 
 def validate_dsn(db_path: object) -> str:
@@ -52,6 +55,7 @@ def validate_dsn(db_path: object) -> str:
     if not parts.path.strip("/"):
         raise ValueError("db_path must include a PostgreSQL host and database name")
     url_connect_kwargs(db_path)  # the query parameters read here must be valid too
+    url_store_options(db_path)
     return db_path
 
 
@@ -95,10 +99,27 @@ def commit_outcome_timeout(dsn: str) -> float | None:
     return None
 
 
+def url_store_options(dsn: str) -> dict[str, str]:
+    """The URL's ``pooler`` and ``listen_url`` parameters (validated); raises ValueError naming them."""
+    options = {k: v for k, v in _query(dsn) if k in STORE_PARAMETERS}
+    if options.get("pooler", "none") not in POOLER_MODES:
+        raise ValueError(f"db_path parameter pooler must be one of {', '.join(POOLER_MODES)}, not {options['pooler']!r}")
+    if "listen_url" in options:
+        try:
+            validate_dsn(options["listen_url"])
+        except ValueError as exc:
+            raise ValueError(f"db_path parameter listen_url: {exc}") from None
+    return options
+
+
 def redact_dsn(dsn: str) -> str:
     """The DSN with any password replaced by ``***`` (for repr, logs and errors)."""
     try:
         parts = urlsplit(dsn)
+        if "listen_url=" in parts.query:  # a URL inside the URL may carry a password of its own
+            query = [(k, redact_dsn(v) if k == "listen_url" else v) for k, v in _query(dsn)]
+            parts = parts._replace(query=urlencode(query, safe=":/@*"))
+            dsn = urlunsplit(parts)
         if parts.password is None:
             return dsn
         netloc = parts.netloc.rsplit("@", 1)

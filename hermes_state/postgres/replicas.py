@@ -61,6 +61,7 @@ class Replica:
     """One replica's pool and what the last probe said about it."""
 
     def __init__(self, dsn: str, pool: ConnectionPool) -> None:
+        self.dsn = dsn
         self.label = redact_dsn(dsn)
         self.pool = pool
         self.replay = -1  # replay position; -1 before the first probe

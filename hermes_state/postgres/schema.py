@@ -109,6 +109,12 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("token", "BIGINT NOT NULL DEFAULT 0"), ("holder_host", "TEXT"), ("holder_pid", "BIGINT"),
         ("holder_started", "BIGINT"),
     ),
+    # The queue of each conversation's turn lease: one row per waiter, the lowest live ticket goes next.
+    "session_turn_waiters": (
+        ("ticket", "BIGINT PRIMARY KEY"), ("conversation_id", "TEXT NOT NULL"), ("holder", "TEXT NOT NULL"),
+        ("expires_at", f"{_REAL} NOT NULL"), ("holder_host", "TEXT"), ("holder_pid", "BIGINT"),
+        ("holder_started", "BIGINT"),
+    ),
     # Written by other components (gateway, async-delegation tool), carried by copies: SQLite's columns.
     "gateway_routing": (
         ("scope", "TEXT NOT NULL DEFAULT ''"), ("session_key", "TEXT NOT NULL"), ("entry_json", "TEXT NOT NULL"),
@@ -121,6 +127,8 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("event_json", "TEXT"), ("result_json", "TEXT"), ("delivery_state", "TEXT NOT NULL DEFAULT 'pending'"),
         ("delivery_attempts", "BIGINT NOT NULL DEFAULT 0"), ("delivered_at", _REAL), ("owner_pid", "BIGINT"),
         ("owner_started_at", "BIGINT"), ("task_json", "TEXT"), ("delivery_claim", "TEXT"), ("delivery_claimed_at", _REAL),
+        # async-hermes-agent's delegation leases (its PostgreSQL storage 3); the store itself never reads them.
+        ("origin_session_id", "TEXT NOT NULL DEFAULT ''"), ("owner_instance_id", "TEXT"), ("lease_expires_at", _REAL),
     ),
     # PostgreSQL only: each write batch inserts its token here in its own transaction, so a
     # writer that lost the COMMIT reply can look it up (hermes_state.postgres.outcome).
@@ -164,6 +172,7 @@ INDEXES: dict[str, str] = {
     "idx_messages_platform_msg_id": "messages (session_id, platform_message_id) WHERE platform_message_id IS NOT NULL",
     "idx_compression_locks_expires": "compression_locks (expires_at)",
     "idx_session_turn_leases_expires": "session_turn_leases (expires_at)",
+    "idx_session_turn_waiters_conversation": "session_turn_waiters (conversation_id, ticket)",
     "idx_sessions_conversation": "sessions (conversation_id)",
     "idx_session_model_usage_session": "session_model_usage (session_id)",
     "idx_session_model_usage_model": "session_model_usage (model)",

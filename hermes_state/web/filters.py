@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
-__all__ = ["BadRequest", "ListFilters", "PAGE_SIZE", "list_filters", "is_session_id", "page_number", "supports_hidden", "text_param"]
+__all__ = ["BadRequest", "ListFilters", "PAGE_SIZE", "day_bounds", "list_filters", "is_session_id", "page_number", "supports_hidden", "text_param"]
 
 PAGE_SIZE = 50
 ARCHIVED = ("exclude", "include", "only")
@@ -45,6 +45,20 @@ def _day(text: str, name: str) -> dt.date | None:
 
 def _midnight(day: dt.date) -> float:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc).timestamp()
+
+
+def day_bounds(since: str, until: str) -> tuple[float | None, float | None]:
+    """``[start, end)`` in epoch seconds for the UTC days ``since`` to ``until`` (both included; "" is open).
+
+    The last day the calendar has (9999-12-31) leaves the end open rather than
+    overflowing; ``from`` after ``to`` is a :class:`BadRequest` naming both.
+    """
+    first, last = _day(since, "from"), _day(until, "to")
+    if first is not None and last is not None and first > last:
+        raise BadRequest(f"from ({first.isoformat()}) must not be after to ({last.isoformat()})")
+    start = None if first is None else _midnight(first)
+    end = None if last is None or last == dt.date.max else _midnight(last + dt.timedelta(days=1))
+    return start, end
 
 
 def text_param(params: Mapping[str, str], name: str) -> str:
@@ -82,7 +96,7 @@ class ListFilters:
 
     def store_kwargs(self, *, hidden_supported: bool) -> dict[str, Any]:
         """Arguments for ``list_sessions_rich``: one row more than a page, to know whether another follows."""
-        since, until = _day(self.since, "from"), _day(self.until, "to")
+        since, until = day_bounds(self.since, self.until)
         kwargs: dict[str, Any] = {
             "source": self.source or None,
             "limit": PAGE_SIZE + 1,
@@ -90,8 +104,8 @@ class ListFilters:
             "include_archived": self.archived != "exclude",
             "archived_only": self.archived == "only",
             "pinned_only": self.pinned,
-            "started_after": None if since is None else _midnight(since),
-            "started_before": None if until is None else _midnight(until + dt.timedelta(days=1)),
+            "started_after": since,
+            "started_before": until,
             "compact_rows": True,
         }
         if self.q:

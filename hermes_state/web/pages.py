@@ -13,11 +13,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .chart import METRICS, day_chart
-from .filters import PAGE_SIZE, BadRequest, is_session_id, list_filters, page_number, supports_hidden, text_param
+from .filters import PAGE_SIZE, BadRequest, day_bounds, is_session_id, list_filters, page_number, supports_hidden, text_param
 from .transcript import TAIL_ROWS, message_id, transcript_page
+from .markup import highlight_css
 from .views import message_view, segments, snippet_parts, when
 
-__all__ = ["sessions_page", "session_page", "search_page", "usage_page", "tail_fragment", "SEARCH_PAGE", "SEARCH_FIELDS"]
+__all__ = ["highlight_stylesheet", "sessions_page", "session_page", "search_page", "usage_page", "tail_fragment", "SEARCH_PAGE", "SEARCH_FIELDS"]
 
 SEARCH_PAGE = 20
 # What the search page shows of a hit (the surrounding messages are one click away).
@@ -73,6 +74,22 @@ async def sessions_page(request: Request) -> Response:
     )
 
 
+_HIGHLIGHT_CSS = highlight_css()
+
+
+async def highlight_stylesheet(request: Request) -> Response:
+    """``/assets/highlight.css``: the colours of Pygments' token classes (a file, so no inline style is needed)."""
+    return Response(_HIGHLIGHT_CSS, media_type="text/css")
+
+
+async def _whole_message(request: Request, session: dict[str, Any], message: int) -> Response:
+    """One message with every block whole (where a cut fold links to)."""
+    rows = await _db(request).get_messages(session["id"], include_inactive=True, limit=1, after_id=message - 1)
+    if not rows or rows[0]["id"] != message:
+        return not_found(request, f"no message {message} in the session {session['id']!r}")
+    return _render(request, "message.html", session=session, m=message_view(rows[0], fold=False))
+
+
 async def session_page(request: Request) -> Response:
     db = _db(request)
     session_id = request.path_params["session_id"]
@@ -80,11 +97,14 @@ async def session_page(request: Request) -> Response:
         at = message_id(request.query_params.get("at"), "at")
         before = message_id(request.query_params.get("before"), "before")
         after = message_id(request.query_params.get("after"), "after")
+        full = message_id(request.query_params.get("full"), "full")
     except BadRequest as exc:
         return bad_request(request, exc)
     session = await db.get_session(session_id) if is_session_id(session_id) else None
     if session is None:
         return not_found(request, f"no session with the id {session_id!r}")
+    if full:
+        return await _whole_message(request, session, full)
     page = await transcript_page(db, session_id, after=after, before=before, at=at)
     parent_id = session.get("parent_session_id")
     parent = await db.get_session(parent_id) if parent_id else None
@@ -153,16 +173,10 @@ async def usage_page(request: Request) -> Response:
         if metric not in METRICS:
             raise BadRequest(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
         since, until = _usage_window(request)
-        start, end = dt.date.fromisoformat(since), dt.date.fromisoformat(until)
+        start, end = day_bounds(since, until)
     except BadRequest as exc:
         return bad_request(request, exc)
-    except ValueError:
-        return bad_request(request, BadRequest("from and to must be days like 2026-01-31"))
-    midnight = dt.time(tzinfo=dt.timezone.utc)
-    rows = await db.usage_by_day(
-        since=dt.datetime.combine(start, midnight).timestamp(),
-        until=dt.datetime.combine(end + dt.timedelta(days=1), midnight).timestamp(),
-    )
+    rows = await db.usage_by_day(since=start, until=end)
     return _render(
         request, "usage.html",
         rows=rows, since=since, until=until, metric=metric, metrics=METRICS,

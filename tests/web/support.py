@@ -50,6 +50,15 @@ PIXEL = "data:image/png;base64," + base64.b64encode(
 ).decode()
 REMOTE_IMAGE = "https://images.example.invalid/cat.png"
 LONG_RESULT = "\n".join(f"line {n}: " + "x" * 60 for n in range(400))
+MARKDOWN = (
+    "## Plan\n\n**bold** and `inline code`\n\n| column a | column b |\n|---|---|\n| 1 | 2 |\n\n"
+    "```python\ndef answer():\n    return '<b>not bold</b>'\n```\n\n"
+    "[docs](https://docs.example.invalid/x) [bad](javascript:alert(1)) <b>raw html</b>"
+)
+LONG_ID = "session-" + "0123456789abcdef" * 8
+LONG_MODEL = "provider/" + "very-long-model-name-" * 9 + "v1"
+# A 2 MB paste: 40,000 lines of 50 characters.
+PASTE = "\n".join(f"paste line {n:05d} " + "y" * 33 for n in range(40_000))
 
 
 @dataclass
@@ -100,6 +109,20 @@ async def seed(db: Any) -> Seeded:
         parent_session_id="parent", child_session_id="parent-2", source="cli",
         messages=[{"role": "user", "content": "continued after compression"}], compression_lock_holder="seed",
     )
+
+    # Markdown, a 2 MB paste, JSON tool output and a long reply.
+    await db.create_session("reading", "cli", model="gpt-test")
+    out.message_ids["markdown"] = await db.append_message("reading", "user", MARKDOWN)
+    out.message_ids["paste"] = await db.append_message("reading", "user", PASTE)
+    await db.append_message("reading", "tool", json.dumps({"status": 502, "ok": False, "body": "bad gateway"}),
+                            tool_name="http", tool_call_id="call_http")
+    out.message_ids["long_reply"] = await db.append_message("reading", "assistant", "A long answer. " * 300)
+
+    # A long id and a 200-character model name: truncated on the page, never widening it.
+    await db.create_session(LONG_ID, "a-source-name-that-goes-on-and-on-and-on", model=LONG_MODEL)
+    await db.append_message(LONG_ID, "user", "| " + " | ".join(f"col{n}" for n in range(40)) + " |\n|"
+                            + "---|" * 40 + "\n| " + " | ".join("value-of-a-wide-table-cell" for _ in range(40)) + " |")
+    await db.update_token_counts(LONG_ID, input_tokens=10, model=LONG_MODEL, estimated_cost_usd=0.001)
 
     # An id with every character that means something in a URL.
     await db.create_session(URL_ID, "cli")

@@ -159,7 +159,7 @@ def test_serve_is_in_the_help_and_imports_no_web_stack() -> None:
     import sys
 
     code = ("import sys, hermes_state.cli as c; c.build_parser(); "
-            "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2') if m in sys.modules))")
+            "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2', 'markdown_it', 'pygments') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
     from hermes_state.cli import build_parser
