@@ -18,8 +18,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 BIN = Path(os.environ.get("HERMES_PG_BIN", "/usr/lib/postgresql/15/bin"))
 HOST = "127.0.0.1"
@@ -173,3 +176,19 @@ def start_primary() -> Cluster:
         cluster.close()
         raise
     return cluster
+
+
+@pytest.fixture
+def pg_primary() -> Iterator[Cluster]:
+    """A primary of the test's own (no standby yet); stopped and deleted afterwards, pass or fail.
+
+    Test modules import it (``from .pg_cluster import pg_primary``); the ``pg_`` prefix marks
+    its tests ``postgres``.
+    """
+    if not available():
+        pytest.skip("PostgreSQL server binaries are not installed")
+    cluster = start_primary()
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -12,7 +12,6 @@ import asyncio
 import collections
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,20 +20,7 @@ from hermes_state.errors import DatabaseUnavailableError, WriteNotAppliedError
 from hermes_state.postgres import SessionDB
 from hermes_state.postgres.dsn import asyncpg_dsn, endpoint, validate_dsn
 
-from . import pg_cluster
-from .pg_cluster import Cluster
-
-pytestmark = pytest.mark.skipif(not pg_cluster.available(), reason="PostgreSQL server binaries are not installed")
-
-
-@pytest.fixture
-def pg_primary() -> Iterator[Cluster]:
-    """A primary of the test's own (no standby yet); stopped and deleted afterwards, pass or fail."""
-    cluster = pg_cluster.start_primary()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+from .pg_cluster import Cluster, pg_primary  # noqa: F401  (the fixture)
 
 
 async def _contents(url: str) -> list[str]:
@@ -118,6 +104,9 @@ async def test_a_primary_turned_read_only_mid_life_means_reconnect_to_a_writable
         # Fence the old primary the way an HA tool does, then promote the standby.
         await asyncio.to_thread(primary.sql, "ALTER SYSTEM SET default_transaction_read_only = on")
         await asyncio.to_thread(primary.sql, "SELECT pg_reload_conf()")
+        while await asyncio.to_thread(primary.sql, "SHOW default_transaction_read_only") != "on":
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # every backend, the writer's too, handles the reload signal on its own
         with pytest.raises(WriteNotAppliedError) as refused:  # no writable host yet: a clear, retryable error
             await db.append_message("s", "user", "while fenced")
         message = str(refused.value)
@@ -153,6 +142,7 @@ async def _lost_reply(db: SessionDB, cluster: Cluster) -> asyncio.Future[int]:
     return pending
 
 
+@pytest.mark.slow  # a server crash and restart/promotion, seconds of waiting
 async def test_a_lost_commit_reply_is_resolved_across_a_restart_within_the_default_window(pg_primary: Cluster) -> None:
     primary = pg_primary.primary
     db = SessionDB(pg_primary.multi_host_url())
@@ -203,6 +193,7 @@ async def test_the_outcome_window_is_configurable_and_an_unknown_outcome_names_t
         await db.close()
 
 
+@pytest.mark.slow  # a server crash and restart/promotion, seconds of waiting
 async def test_failover_to_a_synchronous_standby_keeps_every_acknowledged_write_once(pg_primary: Cluster) -> None:
     standby = await asyncio.to_thread(pg_primary.add_standby, synchronous=True)
     primary = pg_primary.primary

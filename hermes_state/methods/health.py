@@ -80,7 +80,10 @@ class HealthMethods(StoreBase):
         batches (None before the first) with ``latency_window`` their count,
         ``failed_commands`` (callers that got an error), ``retried_batches``
         (re-applied after a lost connection proved them not committed) and
-        ``reconnects`` (writer connections replaced; always 0 on SQLite). The
+        ``reconnects`` (writer connections replaced; always 0 on SQLite) and
+        ``read_routing`` (PostgreSQL with ``read_replicas``: reads per route,
+        waits for a replica to replay this store's writes, replicas skipped as
+        lagging or down, and each replica's last known lag; None otherwise). The
         actor logs the same counters at DEBUG on ``hermes_state.actor`` at most
         once a minute.
         """
@@ -93,4 +96,6 @@ class HealthMethods(StoreBase):
             "running": self._actor.running,
             **stats,
             "reconnects": int(getattr(self._backend, "reconnects", 0)),
+            # PostgreSQL with read replicas: reads per route and each replica's lag (else None).
+            "read_routing": getattr(self._backend, "read_routing", lambda: None)(),
         }

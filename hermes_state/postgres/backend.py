@@ -31,11 +31,12 @@ from .failover import DEFAULT_COMMIT_OUTCOME_TIMEOUT, connect_error, is_read_onl
 from .hosts import peer
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
-from .pool import ConnectionPool, drop_connection
+from .pool import ConnectionPool, PoolTimeoutError, drop_connection
 from .pooler import for_transaction_pooler, url_server_settings, without_url_settings
 from .queries import query_for
 from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
+from .replicas import Replica, ReplicaSet
 from .migration import check_schema_read_only, ensure_schema
 from .text_values import nul_refusal
 from .writer import BatchToken, apply_batch
@@ -73,6 +74,23 @@ class PostgresReader:
             raise StoreClosedError()
         fn = query_for(name)
         begin_with = BEGIN_WITH.get(name)
+        replicas = self._backend.replicas
+        if replicas is not None:
+            replica = await replicas.choose(name)
+            if replica is not None:
+                try:
+                    result = await self._run(replica.pool, fn, args, begin_with)
+                except Exception as exc:
+                    # Unreachable, or a query cancelled by a recovery conflict (40001): the primary answers.
+                    if not (is_disconnect(exc) or is_busy(exc)):
+                        raise to_store_error(exc) from exc
+                    if is_disconnect(exc) and not isinstance(exc, PoolTimeoutError):
+                        replicas.failed(replica, exc)
+                else:
+                    replica.reads += 1
+                    replicas.counts["replica"] += 1
+                    return result
+            replicas.counts["primary"] += 1
         try:
             return await self._run(pool, fn, args, begin_with)
         except Exception as exc:
@@ -119,8 +137,12 @@ def _load_configs(home: Path | None) -> tuple[StoreConfig, PostgresConfig]:
 class PostgresBackend:
     """Owns the connections to one PostgreSQL database (and schema, via ``search_path``)."""
 
-    def __init__(self, dsn: str, *, read_only: bool, home: Path | None = None) -> None:
+    def __init__(
+        self, dsn: str, *, read_only: bool, home: Path | None = None, read_replicas: Sequence[str] = ()
+    ) -> None:
         self.dsn = dsn
+        self.replica_dsns = tuple(read_replicas)  # the constructor's; config.yaml's when empty
+        self.replicas: ReplicaSet | None = None
         self.read_only = read_only
         self.home = home
         # ``config`` is the whole profile config (method groups read its ``sessions``
@@ -234,6 +256,7 @@ class PostgresBackend:
             self._shared_connector = None  # the config was just (re)read
             self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
             await self.pool.open()
+            await self._open_replicas()
             if self.read_only:
                 async with self.pool.acquire() as conn:
                     self._facts = await check_schema_read_only(conn)
@@ -265,6 +288,10 @@ class PostgresBackend:
         self._lease_listener.discard()
         self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
         await self.pool.open()
+        for replica in self.replicas.replicas if self.replicas is not None else ():
+            replica.pool.discard()
+            replica.pool = self._replica_pool(replica.dsn)
+            await replica.pool.open()
         if not self.read_only:
             self._writer_conn = await self._connect_writer()
 
@@ -278,6 +305,35 @@ class PostgresBackend:
                 "one announced at connect); if it pools by transaction (PgBouncer pool_mode=transaction, hosted "
                 "poolers), add pooler=transaction to the URL: see docs/postgres-operations.md", self.endpoint,
             )
+
+    async def _open_replicas(self) -> None:
+        dsns = self.replica_dsns or self.pg_config.read_replicas
+        if not dsns:
+            return
+        replicas = [Replica(dsn, self._replica_pool(dsn)) for dsn in dsns]
+        self.replicas = ReplicaSet(replicas, max_lag=self.pg_config.replica_max_lag, wait=self.pg_config.replica_wait)
+        await self.replicas.open()
+
+    def _replica_pool(self, dsn: str) -> ConnectionPool:
+        """A read pool on replica ``dsn``: read-only connections, any host it lists, this store's pool options."""
+        kwargs = self.pg_config.connect_kwargs(read_only=True, base=url_connect_kwargs(dsn))
+        server = asyncpg_dsn(dsn)
+        if self._pooled:
+            kwargs, server = for_transaction_pooler(kwargs, url_server_settings(server)), without_url_settings(server)
+        return ConnectionPool(Connector(server, kwargs), self.pg_config, endpoint(dsn))
+
+    def read_routing(self) -> dict[str, Any] | None:
+        """How reads were routed and each replica's last known lag (None without replicas; no I/O)."""
+        return self.replicas.stats() if self.replicas is not None else None
+
+    async def _note_write(self) -> None:
+        """With replicas: record the primary's WAL position after a committed batch (read-your-writes)."""
+        if self.replicas is None:
+            return
+        try:
+            self.replicas.wrote(await self._writer_conn.fetchval("SELECT pg_current_wal_lsn()::text"))
+        except Exception:
+            self.replicas.wrote(None)  # unknown: reads go to the primary until the next write's position
 
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
         """Apply one batch; after a lost connection, find out whether it committed.
@@ -326,6 +382,7 @@ class PostgresBackend:
             # never saw a COMMIT, so nothing committed; with it, ask the server.
             if done and await self._committed(token.token, exc):
                 self._last_token = token.token
+                await self._note_write()
                 return done[-1]
             raise WriteNotAppliedError(
                 f"the connection to PostgreSQL at {where} was lost before this write committed; "
@@ -333,6 +390,7 @@ class PostgresBackend:
             ) from exc
         if token is not None:
             self._last_token = token.token
+        await self._note_write()
         return outcomes
 
     async def _replace_writer(self) -> None:
@@ -423,6 +481,9 @@ class PostgresBackend:
             await core.close()
         await self._lease_listener.close()
         pool, self.pool = self.pool, None
+        replicas, self.replicas = self.replicas, None
+        if replicas is not None:
+            await replicas.close()
         writer, self._writer_conn = self._writer_conn, None
         if writer is not None:
             try:

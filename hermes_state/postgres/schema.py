@@ -26,7 +26,6 @@ async-hermes-agent's), and a ``RuntimeError`` for a shape it does not.
 
 from __future__ import annotations
 
-
 from .conversations import CONVERSATION_FUNCTIONS, CONVERSATION_TRIGGERS
 from .search_schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
 

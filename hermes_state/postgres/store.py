@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ..backend import Backend
@@ -30,7 +30,21 @@ class SessionDB(_SQLiteSessionDB):
     read-only store raises ``PermissionError`` from every write before any
     I/O. Await ``close()`` once at shutdown: it applies every queued write,
     then closes the connections.
+
+    ``read_replicas=[url, ...]`` (or ``database.postgres.read_replicas``)
+    sends reads to those standbys; a read after this store's own write still
+    sees it (see :mod:`hermes_state.postgres.replicas` and ``writer_stats()["read_routing"]``).
     """
+
+    def __init__(
+        self,
+        db_path: os.PathLike[str] | str | None = None,
+        read_only: bool = False,
+        *,
+        read_replicas: Sequence[str] | None = None,
+    ) -> None:
+        self._read_replicas = _replica_urls(read_replicas)
+        super().__init__(db_path, read_only)
 
     def _accept_target(self, db_path: os.PathLike[str] | str | None) -> None:
         self._dsn: str = validate_dsn(db_path)
@@ -40,7 +54,9 @@ class SessionDB(_SQLiteSessionDB):
     def _make_backend(self) -> Backend:
         from .backend import PostgresBackend
 
-        return PostgresBackend(self._dsn, read_only=self.read_only, home=captured_home())
+        return PostgresBackend(
+            self._dsn, read_only=self.read_only, home=captured_home(), read_replicas=self._read_replicas
+        )
 
     def _target_label(self) -> str:
         return redact_dsn(self._dsn)
@@ -81,3 +97,16 @@ class SessionDB(_SQLiteSessionDB):
 
     def _core(self) -> CoreBoundary:
         return cast("PostgresBackend", self._backend).core()
+
+def _replica_urls(urls: Sequence[str] | None) -> tuple[str, ...]:
+    """The constructor's ``read_replicas``, each a valid PostgreSQL URL; raises TypeError/ValueError naming it."""
+    if urls is None:
+        return ()
+    if isinstance(urls, (str, bytes)) or not isinstance(urls, Sequence):
+        raise TypeError("read_replicas must be a list of postgresql+asyncpg:// URLs")
+    for index, url in enumerate(urls):
+        try:
+            validate_dsn(url)
+        except ValueError as exc:
+            raise ValueError(f"read_replicas[{index}]: {exc}") from None
+    return tuple(urls)
