@@ -12,7 +12,7 @@ import pytest
 
 from hermes_agent import session_search
 from hermes_state import SessionDB
-from hermes_state.search_text.sanitize import literal_groups, needs_literal
+from hermes_state.search_text.sanitize import literal_groups, literal_prefilter, needs_literal
 
 from .test_agent_support import needs
 
@@ -56,6 +56,11 @@ PASTED = {
     '"on fire 🔥"': {"fire"},
     "C# OR #1234": {"csharp", "issue"},
     "cpu NOT 100%": {"percent-near"},
+    # Pieces of a pasted string, cut anywhere (the word index may narrow the match, never lose a row).
+    "tatus=50": {"status"},
+    "ocker.com/comp": {"url"},
+    "app/cur": {"srv"},
+    "h@example.c": {"mail"},
 }
 
 HOSTILE = [
@@ -80,7 +85,13 @@ def test_needs_literal_only_for_what_word_search_splits() -> None:
         assert not needs_literal(text), text
     assert [g.positive for g in literal_groups('"C# tips" OR c++ NOT java')] == [("C# tips",), ("c++",)]
     assert literal_groups("c++ NOT java")[0].negative == ("java",)
-    assert literal_groups("dock* ***") [0].positive == ("dock", "***")
+    assert literal_groups("dock* ***")[0].positive == ("dock", "***")
+    # The word query that narrows a literal match: whole words inside the term, the last one a prefix.
+    assert literal_prefilter(literal_groups("/srv/app")) == '("srv" AND "app"*)'
+    assert literal_prefilter(literal_groups("status=502")) == '("502"*)'
+    assert literal_prefilter(literal_groups("#1234 OR key=value")) == '("1234"*) OR ("value"*)'
+    for unbounded in ("C#", "🔥", "c++", "C# OR #1234", "=fé", "cpu NOT 100%"):
+        assert literal_prefilter(literal_groups(unbounded)) is None, unbounded
 
 
 @pytest.mark.parametrize("query", list(PASTED))

@@ -9,7 +9,7 @@ query length; no regular expression can backtrack badly.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "is_cjk_codepoint",
     "like_pattern",
     "literal_groups",
+    "literal_prefilter",
     "needs_literal",
     "plain_tokens",
     "quote_for_substring_index",
@@ -316,3 +317,39 @@ def literal_groups(text: str) -> list[BooleanGroup]:
     ``C#``, ``key=value`` or ``https://docs.docker.com`` are matched as typed.
     """
     return _groups(scrub_query(text[:MAX_FTS5_QUERY_CHARS]), _literal_term)
+
+
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def _bounded_words(term: str) -> list[str]:
+    # Words of the term that stand between ASCII separators in it, so that any text
+    # holding the term holds them as whole tokens (the last one as a prefix: the text
+    # may go on). The first word may be the tail of a longer one: it is left out, as is
+    # any word beside a non-ASCII character (the tokenizer may count that as a letter).
+    words = []
+    for found in _ASCII_WORD.finditer(term):
+        start, end = found.span()
+        if start == 0 or not term[start - 1].isascii():
+            continue
+        if end == len(term):
+            words.append(f'"{found.group()}"*')
+        elif term[end].isascii():
+            words.append(f'"{found.group()}"')
+    return words
+
+
+def literal_prefilter(groups: Sequence[BooleanGroup]) -> str | None:
+    """An FTS5 query (unicode61 words) that every row holding ``groups``' literal text matches.
+
+    ``/srv/app`` gives ``"srv" AND "app"*``; ``status=502`` gives ``"502"*``. It lets
+    the literal match read the word index's candidates instead of every row. None
+    when some group has no such word (``C#``, ``🔥``): then only a scan can answer.
+    """
+    ors = []
+    for group in groups:
+        words = [word for term in group.positive for word in _bounded_words(term)]
+        if not words:
+            return None
+        ors.append("(" + " AND ".join(dict.fromkeys(words)) + ")")
+    return " OR ".join(ors) if ors else None

@@ -585,24 +585,28 @@ async def _precise_hits(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
 
 
 def _literal_order(req: _Search) -> str:
-    return f"m.timestamp {_direction(req)}, m.id {_direction(req)}"
+    """Without a ``sort``, the most recently stored rows first (the primary key's order, read
+    backwards until the page is full); else the time order asked for."""
+    if req.sort in ("newest", "oldest"):
+        return f"m.timestamp {_direction(req)}, m.id {_direction(req)}"
+    return "m.id DESC"
 
 
 async def _literal_hits(conn: Any, req: _Search, among: Match | None = None) -> list[dict[str, Any]]:
     """What word search cannot find as typed (``C#``, ``status=502``, a URL): every term a literal
-    substring (OR/NOT kept), tool rows included, newest first (oldest for ``sort="oldest"``).
-
-    Among word search's hits (``among``) in one statement; over every row, the newest rows are
-    tried first (see :func:`_run_in_time_order`). Hits are marked in the snippet.
+    substring (OR/NOT kept), tool rows included, most recently stored first (or in the time
+    order ``sort`` asks for). ``among``: only among word search's hits. Hits are marked in the snippet.
     """
     if not req.literal:
         return []
-    if among is not None:
-        rows = await _fetch_planned(conn, _statement(req, among[0], list(among[1]), _literal_order(req)))
-    else:
-        match = _literal_match(req.literal)
+    match = among if among is not None else _literal_match(req.literal)
+    if among is None and req.sort in ("newest", "oldest"):
         rows = await _run_in_time_order(conn, req, match, match, _direction(req))
-    hits = [_hit(r, None, True, req.with_context) for r in rows]
+    else:
+        rows = await _fetch_planned(conn, _statement(req, match[0], list(match[1]), _literal_order(req)))
+    # Statements in (timestamp, id) order bring the context windows; the caller looks up the others.
+    with_windows = req.with_context and _literal_order(req) in _TIME_ORDERS
+    hits = [_hit(r, None, True, with_windows) for r in rows]
     if req.with_snippet:
         terms = [term for group in req.literal for term in group.positive]
         for hit, record in zip(hits, rows):

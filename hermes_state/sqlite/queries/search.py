@@ -37,6 +37,7 @@ from ...search_text.sanitize import (
     has_lone_cjk_run,
     like_pattern,
     literal_groups,
+    literal_prefilter,
     needs_literal,
     plain_tokens,
     quote_for_substring_index,
@@ -498,22 +499,41 @@ def _time_order(req: _Search) -> str:
     return f"m.timestamp {direction}, m.id {direction}"
 
 
+def _stale_groups(req: _Search) -> Sequence[BooleanGroup]:
+    return req.literal or boolean_groups(req.query)
+
+
 def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
     """Boolean LIKE scan served while the FTS index is detached (spec §4.6)."""
-    groups = req.literal or boolean_groups(req.query)
+    groups = _stale_groups(req)
     if not groups:
         return []
     match, params = _groups_sql(groups)
     return _like_hits(conn, req, match, params, groups[0].positive[0], _time_order(req), req.limit, req.offset)
 
 
-def _literal_sql(req: _Search, among_words: bool) -> tuple[str, list[Any], str]:
-    """(condition, parameters, rows read) of the literal match; ``among_words``: only among word search's hits."""
+def _literal_sql(req: _Search, words: str | None) -> tuple[str, list[Any], str, str]:
+    """(condition, parameters, rows read, order) of the literal match; ``words``: an FTS5 query
+    every row holding the literal text matches (only its hits are read), or None (every row).
+
+    Without a ``sort``, the most recently stored rows first: in rowid order the scan stops
+    once the page is full (no index has the timestamp order, which sorts every match).
+    """
     assert req.literal
     match, params = _groups_sql(req.literal)
-    if among_words:
-        return f"messages_fts MATCH ? AND {match}", [req.query, *params], _WORD_ROWS
-    return match, params, _ALL_ROWS
+    sorted_by_time = req.sort in ("newest", "oldest")
+    if words is not None:
+        order = _time_order(req) if sorted_by_time else "messages_fts.rowid DESC"
+        return f"messages_fts MATCH ? AND {match}", [words, *params], _WORD_ROWS, order
+    return match, params, _ALL_ROWS, _time_order(req) if sorted_by_time else "m.id DESC"
+
+
+def _prefilter(req: _Search, state: FtsState) -> str | None:
+    """The word query that narrows the literal match to candidates (None: read every row).
+
+    Not while a backfill is pending: rows past its progress are not in the word index yet.
+    """
+    return literal_prefilter(req.literal) if req.literal and state.gap is None else None
 
 
 def _literal_among_words(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
@@ -526,11 +546,11 @@ def _literal_among_words(conn: Any, req: _Search) -> list[dict[str, Any]] | None
     if not req.literal or not req.query:
         return None
     try:
-        match, params, rows = _literal_sql(req, True)
+        match, params, rows, order = _literal_sql(req, req.query)
         # Whether this route answers must not depend on the page asked for.
-        if req.offset and not _like_rows(conn, req, match, params, _time_order(req), 1, 0, rows):
+        if req.offset and not _like_rows(conn, req, match, params, order, 1, 0, rows):
             return None
-        hits = _literal_hits(conn, req, True)
+        hits = _literal_hits(conn, req, req.query)
     except Exception as exc:
         if not _is_operational(exc) or is_fts_corruption_error(exc):
             raise
@@ -538,16 +558,23 @@ def _literal_among_words(conn: Any, req: _Search) -> list[dict[str, Any]] | None
     return None if not hits and not req.offset else hits
 
 
-def _literal_hits(conn: Any, req: _Search, among_words: bool = False) -> list[dict[str, Any]]:
+def _literal_hits(conn: Any, req: _Search, words: str | None) -> list[dict[str, Any]]:
     """What word search cannot find as typed (``C#``, ``status=502``, a URL): every term a
-    literal substring (OR/NOT kept), tool rows included, newest first (oldest for ``sort="oldest"``).
-
-    A scan in time order that stops when the page is full; hits are marked in the snippet.
+    literal substring (OR/NOT kept), tool rows included, most recently stored first (or in
+    the time order ``sort`` asks for). ``words``: see :func:`_literal_sql`. Hits are marked in the snippet.
     """
     if not req.literal:
         return []
-    match, params, among = _literal_sql(req, among_words)
-    rows = _like_rows(conn, req, match, params, _time_order(req), req.limit, req.offset, among)
+    match, params, among, order = _literal_sql(req, words)
+    try:
+        rows = _like_rows(conn, req, match, params, order, req.limit, req.offset, among)
+    except Exception as exc:
+        if words is None or words == req.query or not _is_db_error(exc):
+            raise
+        if req.repairable and is_fts_corruption_error(exc):
+            raise FtsRepairNeeded(str(exc)) from None
+        log.debug("literal search through the word index failed (%s); scanning", exc)
+        return _literal_hits(conn, req, None)
     terms = [term for group in req.literal for term in group.positive]
     hits = []
     for row in rows:
@@ -605,7 +632,7 @@ def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str
     if not state.base:
         return "empty", []
     if not req.query:  # nothing left for word search (":)", "()"): only the literal match can answer
-        return "literal", _literal_hits(conn, req)
+        return "literal", _literal_hits(conn, req, _prefilter(req, state))
     used_like = False
     if contains_cjk(req.query):
         raw = req.query.strip('"').strip()
@@ -630,7 +657,7 @@ def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str
             return "literal", precise
         base = _base_index(conn, req)
         if base is None:  # FTS5 rejected the query ("C#", "status=502"): typed as stored, it is found literally
-            literal = _literal_hits(conn, req)
+            literal = _literal_hits(conn, req, _prefilter(req, state))
             return ("literal" if literal else "fts5"), literal
         hits, route = base, "fts5"
     if state.gap is not None and not used_like and len(hits) < req.limit:
@@ -639,7 +666,7 @@ def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str
     if not hits and route == "fts5" and not req.wants_tool_rows:
         hits, route = _zero_hit_fallback(conn, req, state)
     if not hits and route == "fts5" and req.literal:
-        hits = _literal_hits(conn, req)
+        hits = _literal_hits(conn, req, _prefilter(req, state))
         route = "literal" if hits else route
     return route, hits
 
@@ -714,21 +741,18 @@ def _count_route(conn: Any, req: _Search, state: FtsState, route: str, cap: int)
         found = _count_literal_among_words(conn, req, cap)
         if found:
             return found
-        match, params, _ = _literal_sql(req, False)
-        return _count_where(conn, req, like_from, match, params, cap)
+        match, params, rows, _ = _literal_sql(req, _prefilter(req, state))
+        return _count_where(conn, req, rows, match, params, cap)
     if route == "like_scan_fts_stale":
-        groups = req.literal or boolean_groups(req.query)
-        if not groups:
-            return 0
-        match, params = _groups_sql(groups)
-        return _count_where(conn, req, like_from, match, params, cap)
+        groups = _stale_groups(req)
+        return _count_where(conn, req, like_from, *_groups_sql(groups), cap) if groups else 0
     return 0
 
 
 def _count_literal_among_words(conn: Any, req: _Search, cap: int) -> int:
     if not req.query:
         return 0
-    match, params, rows = _literal_sql(req, True)
+    match, params, rows, _ = _literal_sql(req, req.query)
     try:
         return _count_where(conn, req, rows, match, params, cap)
     except Exception as exc:
