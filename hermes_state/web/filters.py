@@ -74,12 +74,12 @@ def is_session_id(text: str) -> bool:
     return bool(text.strip()) and "\x00" not in text
 
 
-def page_number(text: str | None) -> int:
-    """A 1-based page number from the query string (400 for anything else)."""
+def page_number(text: str | None, name: str = "page", top: int = MAX_PAGE) -> int:
+    """A 1-based number from the query string, at most ``top`` (400 naming ``name`` for anything else)."""
     if not text:
         return 1
-    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
-        raise BadRequest(f"page must be a number from 1 to {MAX_PAGE}, not {text!r}")
+    if not text.isdigit() or len(text) > 19 or not 1 <= int(text) <= top:
+        raise BadRequest(f"{name} must be a number from 1 to {top}, not {text!r}")
     return int(text)
 
 
