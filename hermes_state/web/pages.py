@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .chart import METRICS, day_chart
-from .filters import PAGE_SIZE, BadRequest, day_bounds, is_session_id, list_filters, page_number, supports_hidden, text_param
+from .filters import PAGE_SIZE, SORTS, BadRequest, ListFilters, day_bounds, is_session_id, list_filters, page_number, supports_hidden, text_param
 from .markup import highlight_css
 from .outline import outline, search_session
 from .trace import turn_costs, turns
@@ -44,15 +44,25 @@ def not_found(request: Request, detail: str) -> Response:
     return _render(request, "error.html", 404, title="Not found", detail=detail)
 
 
+async def session_total(db: Any, filters: ListFilters, hidden: bool) -> int | None:
+    """How many sessions the list's filters match (None for a title search, which the store cannot count)."""
+    if filters.q:
+        return None
+    return int(await db.session_count(exclude_children=True, **filters.narrowing(hidden)))
+
+
 def _session_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A listed session with what its row shows: label, start time, cost."""
+    """A listed session with what its row shows: label, start and last-activity times, cost."""
     started, iso = when(row.get("started_at"))
+    active, active_iso = when(row.get("last_active"))
     cost = row.get("actual_cost_usd")
     return {
         **row,
         "label": row.get("title") or row["id"],
         "started": started,
         "started_iso": iso,
+        "active": active,
+        "active_iso": active_iso,
         "cost": cost if cost else row.get("estimated_cost_usd"),
     }
 
@@ -68,9 +78,11 @@ async def sessions_page(request: Request) -> Response:
     more = len(rows) > PAGE_SIZE  # one row more than a page was asked for
     shown = [_session_row(row) for row in rows[:PAGE_SIZE]]
     sources = sorted(await db.session_count_by_source(include_archived=True))
+    total = await session_total(db, filters, hidden)
     return _render(
         request, "sessions.html",
-        filters=filters, rows=shown, sources=sources, hidden_supported=hidden,
+        filters=filters, rows=shown, sources=sources, hidden_supported=hidden, sorts=SORTS,
+        total=total, pages=None if total is None else max(1, -(-total // PAGE_SIZE)),
         prev_href=filters.href(page=filters.page - 1) if filters.page > 1 else None,
         next_href=filters.href(page=filters.page + 1) if more else None,
     )

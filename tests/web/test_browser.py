@@ -87,7 +87,7 @@ def test_sessions_page_lists_and_links(tab: Any, viewer: Viewer, seeded_store: S
     assert "Compose outage" in labels and "compacted" in labels
     row = rows.filter(has_text="Compose outage")
     assert row.locator("td").nth(1).inner_text() == "cli" and row.locator("td").nth(2).inner_text() == "gpt-test"
-    assert row.locator("td").nth(3).inner_text() == "5" and row.locator("td").nth(5).inner_text() == "$0.0123"
+    assert row.locator("td").nth(3).inner_text() == "5" and row.locator("td").nth(6).inner_text() == "$0.0123"
     tab.select_option("select[name=source]", "telegram")
     tab.click("button[type=submit]")
     tab.wait_for_url(lambda url: "source=telegram" in url)

@@ -164,3 +164,17 @@ def test_live_compaction_on_every_page(browser: Any, web_home: Path, tmp_path: P
             assert viewer.stop() == 0
     finally:
         drop()
+
+
+def test_session_list_sorts_filters_and_counts(tab: Any, viewer: Viewer) -> None:
+    tab.goto(viewer.base)
+    total = int(tab.locator("p.total").inner_text().split()[0])
+    assert total == tab.locator("table.sessions tbody tr").count() >= 8
+    tab.fill("input[name=tool]", "terminal")
+    tab.click("form.filters button[type=submit]")
+    tab.wait_for_url(lambda url: "tool=terminal" in url)
+    assert tab.locator("p.total").inner_text() == "1 session"
+    assert tab.locator("td.label a").inner_text() == "Compose outage"
+    tab.goto(viewer.base + "?sort=messages")
+    assert tab.locator("td.label a").first.inner_text() == "A long debugging session"
+    assert tab.locator("select[name=sort]").input_value() == "messages"
