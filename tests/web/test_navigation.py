@@ -170,11 +170,13 @@ def test_session_list_sorts_filters_and_counts(tab: Any, viewer: Viewer) -> None
     tab.goto(viewer.base)
     total = int(tab.locator("p.total").inner_text().split()[0])
     assert total == tab.locator("table.sessions tbody tr").count() >= 8
+    tab.click("details.more-filters > summary")
     tab.fill("input[name=tool]", "terminal")
     tab.click("form.filters button[type=submit]")
     tab.wait_for_url(lambda url: "tool=terminal" in url)
     assert tab.locator("p.total").inner_text() == "1 session"
     assert tab.locator("td.label a").inner_text() == "Compose outage"
+    assert tab.locator("details.more-filters").get_attribute("open") is not None  # a filter in it is set
     tab.goto(viewer.base + "?sort=messages")
     assert tab.locator("td.label a").first.inner_text() == "A long debugging session"
     assert tab.locator("select[name=sort]").input_value() == "messages"
