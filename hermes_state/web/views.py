@@ -19,6 +19,7 @@ from urllib.parse import quote
 from markupsafe import Markup, escape
 
 from .markup import code_html, json_html, markdown_html
+from .outline import is_error
 
 __all__ = [
     "Block",
@@ -94,6 +95,8 @@ class MessageView:
     raw_href: str = ""
     full_href: str = ""
     timestamp: float | None = None
+    error: bool = False
+    open: bool = False  # its folds start open (a search hit landed here)
 
     @property
     def role_class(self) -> str:
@@ -296,6 +299,7 @@ def message_view(row: Mapping[str, Any], *, fold: bool = True) -> MessageView:
         raw_href=raw_href(session_id, int(row["id"])),
         full_href=f"{session_href(session_id)}?full={int(row['id'])}",
         timestamp=float(stamp) if isinstance(stamp, (int, float)) else None,
+        error=is_error(row),
     )
 
 

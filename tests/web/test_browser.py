@@ -87,7 +87,7 @@ def test_sessions_page_lists_and_links(tab: Any, viewer: Viewer, seeded_store: S
     assert "Compose outage" in labels and "compacted" in labels
     row = rows.filter(has_text="Compose outage")
     assert row.locator("td").nth(1).inner_text() == "cli" and row.locator("td").nth(2).inner_text() == "gpt-test"
-    assert row.locator("td").nth(3).inner_text() == "5" and row.locator("td").nth(5).inner_text() == "$0.0123"
+    assert row.locator("td").nth(3).inner_text() == "5" and row.locator("td").nth(6).inner_text() == "$0.0123"
     tab.select_option("select[name=source]", "telegram")
     tab.click("button[type=submit]")
     tab.wait_for_url(lambda url: "source=telegram" in url)
@@ -96,7 +96,7 @@ def test_sessions_page_lists_and_links(tab: Any, viewer: Viewer, seeded_store: S
     tab.click("text=Compose outage")
     tab.wait_for_url(viewer.base + "sessions/deploy")
     assert tab.locator("h1").inner_text() == "Compose outage"
-    _inert(tab, "Transcript")
+    _inert(tab, "Compose outage")
     _local_only(tab, viewer)
 
 
@@ -167,7 +167,7 @@ def test_search_highlights_and_lands_on_the_message(tab: Any, viewer: Viewer, se
     assert [m.inner_text() for m in hits.first.locator("mark").all()] == ["zebrafish"]
     message_id = seeded_store.seeded.message_ids["answer"]
     hits.first.locator("a.hit-link").click()
-    tab.wait_for_url(lambda url: url == f"{viewer.base}sessions/deploy?at={message_id}#m{message_id}")
+    tab.wait_for_url(lambda url: url == f"{viewer.base}sessions/deploy?at={message_id}&hl=zebrafish#m{message_id}")
     target = tab.locator(f"#m{message_id}")
     assert target.is_visible() and "zebrafish" in target.inner_text()
     assert tab.evaluate("() => document.querySelector(':target').id") == f"m{message_id}"
@@ -191,7 +191,7 @@ def test_usage_page_draws_the_chart_from_the_package(tab: Any, viewer: Viewer) -
 
 def test_hostile_content_stays_text_everywhere(tab: Any, viewer: Viewer) -> None:
     hostile_page = viewer.base + "sessions/" + quote(HOSTILE_ID, safe="")
-    for url, title in ((viewer.base, "Sessions"), (hostile_page, "Transcript"), (viewer.base + "usage", "Usage"),
+    for url, title in ((viewer.base, "Sessions"), (hostile_page, HOSTILE["script"][:90]), (viewer.base + "usage", "Usage"),
                        (viewer.base + "search?q=pwned", "Search"), (viewer.base + "search?q=onerror", "Search")):
         tab.goto(url)
         _inert(tab, title)

@@ -82,6 +82,16 @@ def test_listing_filters(viewer: Viewer) -> None:
     assert ids("?pinned=1") == []
     assert ids("?from=2000-01-01&to=2000-01-02") == []
     assert set(ids("?from=2000-01-01")) == set(everything)
+    assert ids("?tool=terminal") == ["deploy"]
+    assert ids("?min_messages=200") == ["long"]
+    assert ids("?sort=cost")[:2] == [HOSTILE_ID, "long"]
+    assert ids("?sort=messages")[0] == "long"
+    assert ids("?model=gpt-test&min_cost=0.01") == ["long", "deploy"]
+    status, headers, body = viewer.get("/api/sessions?model=gpt-test")
+    assert int(headers["x-total-count"]) == len(json.loads(body)) >= 5
+    for bad in ("sort=price", "min_cost=-1", "min_cost=nan", "min_messages=x"):
+        status, _, body = viewer.get("/api/sessions?" + bad)
+        assert status == 400 and bad.split("=")[0].encode() in body, bad
 
 
 def _sidecars(path: Path) -> list[str]:

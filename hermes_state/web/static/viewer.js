@@ -126,9 +126,54 @@
   }
   const status = document.getElementById("live-status");
   const session = tail.dataset.session || "";
+  const append = tail.dataset.append === "1";
+  const first = tail.dataset.first || "0";
   let after = tail.dataset.after || "0";
+  let last = tail.dataset.last || "0";
+  let inactive = tail.dataset.inactive || "0";
+  let newer = 0;
   let busy = false;
   const POLL_MS = 1000;
+
+  function say(text, link) {
+    if (!status) {
+      return;
+    }
+    status.textContent = text;
+    if (link) {
+      const a = document.createElement("a");
+      a.href = link;
+      a.textContent = "go to the last page";
+      status.append(" ", a);
+    }
+  }
+
+  // Rows a compaction (or rewind) archived since the page was rendered: marked as such, in place.
+  function markArchived(header) {
+    let marked = 0;
+    for (const entry of header.split(",")) {
+      const [id, kind] = entry.split(":");
+      const item = document.getElementById("m" + id);
+      if (!item || item.classList.contains("inactive")) {
+        continue;
+      }
+      item.classList.add("inactive");
+      const flag = document.createElement("span");
+      flag.className = "flag state";
+      if (kind === "c") {
+        item.classList.add("compacted");
+        flag.textContent = "archived by compaction";
+      } else {
+        flag.textContent = "rewound";
+      }
+      const meta = item.querySelector(".meta");
+      if (meta) {
+        meta.appendChild(flag);
+      }
+      marked += 1;
+    }
+    return marked;
+  }
 
   async function poll() {
     if (busy || document.hidden) {
@@ -136,38 +181,120 @@
     }
     busy = true;
     try {
-      const url = "/tail?session=" + encodeURIComponent(session) + "&after=" + encodeURIComponent(after);
-      const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+      const query = new URLSearchParams({ session: session, after: after, first: first, last: last, inactive: inactive });
+      const response = await fetch("/tail?" + query.toString(), { credentials: "same-origin", cache: "no-store" });
       if (response.status === 200) {
-        const last = response.headers.get("x-last-id");
+        let compacted = 0;
+        const archived = response.headers.get("x-archived");
+        if (archived) {
+          compacted = markArchived(archived);
+        }
+        const count = response.headers.get("x-inactive");
+        if (count && /^[0-9]+$/.test(count)) {
+          inactive = count;
+        }
+        const lastId = response.headers.get("x-last-id");
         const parsed = new DOMParser().parseFromString("<ol>" + (await response.text()) + "</ol>", "text/html");
         const list = parsed.body.firstElementChild;
-        for (const item of Array.from(list ? list.children : [])) {
-          if (item.id && !document.getElementById(item.id)) {
+        const items = Array.from(list ? list.children : []).filter(item => item.id && !document.getElementById(item.id));
+        if (append) {
+          if (compacted && items.length) {
+            const boundary = document.createElement("div");
+            boundary.className = "boundary";
+            boundary.setAttribute("role", "separator");
+            boundary.textContent = "compaction: the messages above were archived and replaced by the ones below";
+            tail.appendChild(boundary);
+          }
+          for (const item of items) {
             const added = document.adoptNode(item);
             tail.appendChild(added);
             window.hermesEnhance(added);
           }
+          if (lastId && /^[0-9]+$/.test(lastId)) {
+            last = lastId;
+          }
+        } else {
+          newer += items.length;
         }
-        if (last && /^[0-9]+$/.test(last)) {
-          after = last;
+        if (lastId && /^[0-9]+$/.test(lastId)) {
+          after = lastId;
         }
-        if (status) {
-          status.textContent = "Live: last update " + new Date().toLocaleTimeString() + ".";
-        }
+      }
+      const when = new Date().toLocaleTimeString();
+      if (newer) {
+        say("Live: " + newer + " new message" + (newer === 1 ? "" : "s") + " since this page opened (" + when + ").",
+            tail.dataset.lastPage);
+      } else {
+        say("Live: last update " + when + ".");
       }
     } catch (error) {
-      if (status) {
-        status.textContent = "Live updates paused: the viewer did not answer.";
-      }
+      say("Live updates paused: the viewer did not answer.");
     } finally {
       busy = false;
     }
   }
 
-  if (status) {
-    status.textContent = "Live: new messages appear here as they are written.";
-  }
+  say("Live: new messages and compactions show here as they are written.");
   window.setInterval(poll, POLL_MS);
   document.addEventListener("visibilitychange", poll);
+})();
+
+// Landing on a search hit (?hl=word#mID): open the folds around and inside that message and mark the words.
+(function () {
+  const words = new URLSearchParams(window.location.search).getAll("hl").map(w => w.trim().toLowerCase()).filter(Boolean);
+  const target = window.location.hash ? document.getElementById(window.location.hash.slice(1)) : null;
+  if (!words.length || !target) {
+    return;
+  }
+  for (let up = target.parentElement; up; up = up.parentElement) {
+    if (up.localName === "details") {
+      up.open = true;
+    }
+  }
+  for (const fold of target.querySelectorAll("details")) {
+    fold.open = true;
+  }
+  const walker = document.createTreeWalker(target, NodeFilter.SHOW_TEXT);
+  const nodes = [];
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    if (!node.parentElement.closest(".head, .meta, button")) {
+      nodes.push(node);
+    }
+  }
+  let firstMark = null;
+  for (const node of nodes) {
+    const text = node.nodeValue;
+    const lower = text.toLowerCase();
+    const pieces = [];
+    let from = 0;
+    for (;;) {
+      let at = -1;
+      let length = 0;
+      for (const word of words) {
+        const found = lower.indexOf(word, from);
+        if (found >= 0 && (at < 0 || found < at)) {
+          at = found;
+          length = word.length;
+        }
+      }
+      if (at < 0) {
+        break;
+      }
+      pieces.push(document.createTextNode(text.slice(from, at)));
+      const mark = document.createElement("mark");
+      mark.className = "landed";
+      mark.textContent = text.slice(at, at + length);
+      pieces.push(mark);
+      firstMark = firstMark || mark;
+      from = at + length;
+    }
+    if (pieces.length) {
+      pieces.push(document.createTextNode(text.slice(from)));
+      node.replaceWith(...pieces);
+    }
+  }
+  if (firstMark) {
+    firstMark.scrollIntoView({ block: "center" });
+  }
 })();
