@@ -20,6 +20,7 @@ __all__ = [
     "locked_error",
     "DatabaseUnavailableError",
     "StoreClosedError",
+    "EventLoopUnavailableError",
     "SessionNotFoundError",
     "CompressionSessionClosedError",
     "CompressionSessionBusyError",
@@ -74,6 +75,18 @@ class StoreClosedError(RuntimeError):
 
     def __init__(self, message: str = CLOSED_MESSAGE) -> None:
         super().__init__(message)
+
+
+class EventLoopUnavailableError(RuntimeError):
+    """A call came from a new event loop while the store's loop has work in flight and is not running.
+
+    The store serves every event loop (see the README, "Event loops and
+    threads"): it moves to the caller's loop when its own has closed or
+    stopped with nothing in flight. A loop that stopped in the middle of a
+    store call (and was not closed) holds that call's work, so the store can
+    neither wait for it nor move: a call from elsewhere raises this once that
+    loop has stayed stopped for a second. Run or close that loop first.
+    """
 
 
 class SessionNotFoundError(sqlite3.IntegrityError):

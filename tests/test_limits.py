@@ -40,7 +40,7 @@ async def test_odd_text_round_trips(store: SessionDB, text: str) -> None:
     assert rows[0]["tool_name"] == (text or None)
 
 
-@pytest.mark.backends("sqlite")  # NUL outside message content: refused on PostgreSQL (README differences)
+@pytest.mark.backends("sqlite")  # NUL outside message content: refused on PostgreSQL (docs/postgres.md differences)
 async def test_nul_text_round_trips_in_content_and_tool_name(store: SessionDB) -> None:
     await test_odd_text_round_trips(store, "\x00 NUL inside")
 

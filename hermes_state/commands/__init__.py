@@ -12,7 +12,7 @@ from typing import Any, Union
 
 from ..module_lists import import_modules
 from .base import Command
-from .leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, TurnFence
+from .leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, TurnFence, WithdrawTurnTicket
 from .messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
 from .meta import SetMeta
 from .sessions import (
@@ -53,6 +53,7 @@ __all__ = [
     "RefreshTurnLease",
     "ReleaseTurnLease",
     "TurnFence",
+    "WithdrawTurnTicket",
     "AppendMessages",
     "MessageRow",
     "PopMessage",

@@ -32,10 +32,11 @@ from .driver import (
     to_stdlib_error,
 )
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
+from .lease_sockets import LeaseWakeSockets
 from .queries import SEARCH_QUERIES, query_for
 from .safety import preflight, record_init_error
 from .schema import ensure_schema
-from .search.cjk import load_cjk_tokenizer
+from .search.cjk import cjk_fts_enabled, load_cjk_tokenizer
 from .writer import apply_batch
 
 __all__ = ["SQLiteBackend", "SQLiteReader"]
@@ -94,12 +95,14 @@ def _tidy_sidecars(path: Path) -> None:
         conn.close()
 
 
-def _setup_writer(conn: Any, config: StoreConfig, label: str, home: Path | None = None) -> dict[str, Any]:
+def _setup_writer(
+    conn: Any, config: StoreConfig, label: str, home: Path | None = None, cjk_wanted: bool = True
+) -> dict[str, Any]:
     mode = apply_journal_mode(conn, config.database.journal_mode, db_label=label)
     apply_database_pragmas(conn, config.database, busy_timeout_ms=WRITER_BUSY_TIMEOUT_MS)
     # Search: the optional CJK tokenizer must be loaded before the schema
     # step, which creates (or, when it is missing, detaches) the CJK index.
-    cjk_loaded = load_cjk_tokenizer(conn, config=config, home=home)
+    cjk_loaded = load_cjk_tokenizer(conn, config=config, home=home, enabled=cjk_wanted)
     facts = ensure_schema(conn, cjk_loaded=cjk_loaded)
     facts["journal_mode"] = mode
     return facts
@@ -109,7 +112,7 @@ def _setup_reader(conn: Any, config: StoreConfig, cjk: bool = True, home: Path |
     apply_database_pragmas(conn, config.database, busy_timeout_ms=READER_BUSY_TIMEOUT_MS)
     # Search: queries on the CJK index need the tokenizer on this connection too.
     if cjk:
-        load_cjk_tokenizer(conn, config=config, home=home)
+        load_cjk_tokenizer(conn, config=config, home=home, enabled=True)
     conn.execute("PRAGMA query_only=ON")
     facts: dict[str, Any] = {"journal_mode": read_journal_mode(conn)}
     try:
@@ -383,13 +386,17 @@ class SQLiteBackend:
         # Every file-system step of an open (config.yaml, directories, modes,
         # the zeroed-file probe) runs on a worker thread, never on the loop.
         self.config = await asyncio.to_thread(load_config, self.home)
+        # Resolved here, on the opening task: a turn's bound session settings are not visible on the connection threads.
+        cjk_wanted = cjk_fts_enabled(self.config)
         try:
             uri = await asyncio.to_thread(self._prepare_files)
             if not self.read_only:
                 self._writer_conn = await open_connection(str(self.path), timeout=WRITER_BUSY_TIMEOUT_MS / 1000)
-                self._facts = await run_on(self._writer_conn, _setup_writer, self.config, self.path.name, self.home)
+                self._facts = await run_on(
+                    self._writer_conn, _setup_writer, self.config, self.path.name, self.home, cjk_wanted
+                )
             # Read-only stores have no writer; otherwise the readers follow the writer.
-            cjk = self.read_only or bool(self._facts.get("cjk"))
+            cjk = cjk_wanted and (self.read_only or bool(self._facts.get("cjk")))
             for _ in range(self.config.database.read_connections):
                 reader = await open_connection(uri, uri=True, timeout=READER_BUSY_TIMEOUT_MS / 1000)
                 self._lanes.append(_Lane(reader))
@@ -410,6 +417,20 @@ class SQLiteBackend:
             if isinstance(exc, Exception) and is_malformed_error(exc):
                 raise DatabaseMalformedError(str(self.path), str(exc)) from exc
             raise
+
+    async def rebind(self, dead: bool) -> None:
+        """Serve the event loop the store moved to; returns None.
+
+        The connections run on threads of their own and stay; the search
+        slots (an asyncio semaphore) are made anew. After a closed loop
+        (``dead``) the reads it abandoned no longer count against their lanes.
+        """
+        if dead:
+            for lane in self._lanes:
+                lane.busy = lane.searches = 0
+                lane.reads.clear()
+        if self._lanes:
+            self._search_slots = asyncio.Semaphore(max(1, len(self._lanes) - 1))
 
     def _prepare_files(self) -> str:
         """The file-system part of an open (on a worker thread); returns the readers' URI.
@@ -438,6 +459,20 @@ class SQLiteBackend:
         lease methods run on an open store); before that, the path as given.
         """
         return self._identity or str(self.path)
+
+    def _wake_sockets(self) -> LeaseWakeSockets:
+        wake = self.__dict__.get("_wake")
+        if wake is None:
+            wake = self.__dict__["_wake"] = LeaseWakeSockets(self.path, self.lease_identity())
+        return wake
+
+    async def watch_lease_releases(self) -> bool:
+        """Listen for turn-lease releases of other processes on this host (once); returns whether it does."""
+        return await self._wake_sockets().ensure()
+
+    async def announce_lease_release(self, key: str) -> None:
+        """Wake the waiters of other processes on this host for the conversation whose wake key is ``key``."""
+        await self._wake_sockets().announce(key)
 
     def write_refusal(self) -> Exception | None:
         """The error every write raises before it is queued, once the file is known to be damaged."""
@@ -543,6 +578,9 @@ class SQLiteBackend:
 
     async def close(self) -> None:
         self._shut = True
+        wake = self.__dict__.get("_wake")
+        if wake is not None:
+            await wake.close()
         await self._release()
 
     async def _release(self) -> None:

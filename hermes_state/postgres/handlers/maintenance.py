@@ -256,12 +256,22 @@ _SEARCH_INDEXES_SQL = (
 )
 
 
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 @handles(Vacuum)
 async def vacuum(conn: Any, cmd: Vacuum) -> int:
-    """Merge the search indexes' pending lists, then VACUUM (ANALYZE) the store's tables; returns indexes merged."""
-    indexes = await _ids(conn, _SEARCH_INDEXES_SQL)
-    for name in indexes:
-        await conn.execute("SELECT gin_clean_pending_list($1::regclass)", f'"{name}"')
-    tables = ", ".join(f'"{table}"' for table in TABLES)
+    """Merge the search indexes' pending lists, then VACUUM (ANALYZE) the store's tables; returns indexes merged.
+
+    The schema is read in a transaction and the VACUUM names it: behind a
+    transaction pooler, ``search_path`` holds only inside transactions.
+    """
+    async with conn.transaction():
+        schema = await conn.fetchval("SELECT current_schema()")
+        indexes = await _ids(conn, _SEARCH_INDEXES_SQL)
+        for name in indexes:
+            await conn.execute("SELECT gin_clean_pending_list($1::regclass)", f'"{name}"')
+    tables = ", ".join(f"{_ident(schema)}.{_ident(table)}" for table in TABLES)
     await conn.execute(f"VACUUM (ANALYZE) {tables}")
     return len(indexes)

@@ -67,16 +67,18 @@ async def compact_database(conn: Any, cmd: CompactDatabase) -> bool:
 @handles(OptimizeFts)
 async def optimize_fts(conn: Any, cmd: OptimizeFts) -> int:
     """Merge each GIN search index's pending list into the index; returns how many were merged."""
-    names = await _search_indexes(conn)
-    for name in names:
-        await conn.execute("SELECT gin_clean_pending_list($1::regclass)", f'"{name}"')
+    async with conn.transaction():  # behind a transaction pooler, search_path holds only in transactions
+        names = await _search_indexes(conn)
+        for name in names:
+            await conn.execute("SELECT gin_clean_pending_list($1::regclass)", f'"{name}"')
     return len(names)
 
 
 async def _reindex(conn: Any) -> int:
-    names = await _search_indexes(conn)
-    for name in names:
-        await conn.execute(f'REINDEX INDEX "{name}"')
+    async with conn.transaction():  # as above; REINDEX INDEX may run in a transaction
+        names = await _search_indexes(conn)
+        for name in names:
+            await conn.execute(f'REINDEX INDEX "{name}"')
     return len(names)
 
 
