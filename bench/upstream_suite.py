@@ -131,7 +131,7 @@ def installed_version(name: str) -> str:
 # attributes and module names, its SQLAlchemy engine, its mixin classes, its source text), which
 # a drop-in store need not have; the others are behaviour a host sees.
 CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pattern)) for name, pattern in (
-    ("blocking call on the loop", r"BlockingError"),
+    ("blocking call on the loop", r"BlockingError|EventLoopBlockError"),
     ("leaked store task", r"Leaked (Task|task)"),
     ("event loop binding", r"another event loop|different event loop|WriterStoppedError|attached to a different loop"
                            r"|store's event loop is not running|is synchronous and was called on a running event loop"),
