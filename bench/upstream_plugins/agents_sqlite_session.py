@@ -43,12 +43,12 @@ class StoreBackedSQLiteSession(HermesSession):
         super().__init__(session_id, self.db, session_settings=session_settings)
 
     def close(self) -> None:
-        """Close the store: from a coroutine on the store's loop, as a task (a sync call must not block it)."""
+        """Close the store: from a coroutine on the store's (or any, if never used) loop, as a task (a sync call must not block it)."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is not None and self.db.loop is running:
+        if running is not None and self.db.loop in (running, None):
             running.create_task(self.db.close())
         else:
             close_store(self.db)
