@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .rules import turn_lease_takeover, turn_waiter_alive
+from .rules import turn_lease_takeover
 
 __all__ = ["ABORT_CHECK_SECONDS", "aborted", "could_acquire", "notify_wait", "sleep_until"]
 
@@ -33,7 +33,9 @@ def could_acquire(state: dict[str, Any], holder: str, exclusive: bool) -> bool:
             return True
         if verdict == "busy":
             return False
-    return not any(turn_waiter_alive(float(w[0]), w[1], w[2], w[3], state["now"]) for w in state.get("ahead", ()))
+    # Waiters ahead count until their ticket expires; whether their process still runs is judged by
+    # the acquire's transaction (off the event loop), which a waiter opens at least every renewal.
+    return not any(float(w[0]) > state["now"] for w in state.get("ahead", ()))
 
 
 def aborted(should_abort: Callable[[], bool] | None) -> bool:
