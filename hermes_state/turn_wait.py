@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .rules import turn_lease_takeover_on_loop, turn_waiter_alive_on_loop
+from .rules import turn_lease_takeover_on_loop
 
 __all__ = ["ABORT_CHECK_SECONDS", "aborted", "could_acquire", "notify_wait", "sleep_until"]
 
@@ -25,7 +25,7 @@ ABORT_CHECK_SECONDS = 0.05
 async def could_acquire(state: dict[str, Any], holder: str, exclusive: bool) -> bool:
     """Whether the lease row and queue read by ``turn_lease_state`` would let ``holder`` acquire now.
 
-    A judgement that reads ``/proc`` (a local holder or waiter) runs on a worker thread.
+    A judgement that reads ``/proc`` (a local holder) runs on a worker thread.
     """
     if state["holder"] is not None:
         verdict = await turn_lease_takeover_on_loop(
@@ -36,10 +36,9 @@ async def could_acquire(state: dict[str, Any], holder: str, exclusive: bool) -> 
             return True
         if verdict == "busy":
             return False
-    for w in state.get("ahead", ()):
-        if await turn_waiter_alive_on_loop(float(w[0]), w[1], w[2], w[3], state["now"]):
-            return False
-    return True
+    # Waiters ahead count until their ticket expires; whether their process still runs is judged by
+    # the acquire's transaction (off the event loop), which a waiter opens at least every renewal.
+    return not any(float(w[0]) > state["now"] for w in state.get("ahead", ()))
 
 
 def aborted(should_abort: Callable[[], bool] | None) -> bool:
