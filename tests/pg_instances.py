@@ -98,7 +98,8 @@ def start_pgbouncer(
             (directory / name).chmod(0o644)
     process = subprocess.Popen(
         command,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        # Not a pipe: PgBouncer logs every connection to stderr too, and blocks once a pipe nobody reads is full.
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     bouncer = PgBouncer(port, urlunsplit(target._replace(netloc=f"{user}@127.0.0.1:{port}")), directory, process)
     if not _wait_listening(port, process, 10.0):
@@ -116,6 +117,4 @@ def stop_pgbouncer(bouncer: PgBouncer) -> None:
         except subprocess.TimeoutExpired:
             bouncer.process.kill()
             bouncer.process.wait()
-    if bouncer.process.stderr is not None:
-        bouncer.process.stderr.close()
     shutil.rmtree(bouncer.directory, ignore_errors=True)
