@@ -16,6 +16,7 @@ Both write the same texts to a fresh file with the store's schema, WAL,
 
     python3 bench/append_cost.py            # needs valgrind; about a minute
     python3 bench/append_cost.py --fenced   # also fenced appends (turn leases) against unfenced ones
+    python3 bench/append_cost.py --agents   # fenced against unfenced with 50 concurrent agents
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 _REPO = Path(__file__).resolve().parent.parent
 if str(_REPO) not in sys.path:
@@ -40,12 +42,41 @@ def _texts(n: int) -> list[str]:
     return [f"turn {i}: the agent called a tool and read its result, then wrote an answer " * (1 + i % 4) for i in range(n)]
 
 
-async def _store(n: int, d: Path, fence: str = "") -> None:
-    """``n`` sequential appends; ``fence`` "holder" passes ``turn_lease_holder``, "turn" writes through a ``session_turn``."""
+AGENTS = 50
+
+
+async def _agents(db: Any, n: int, fence: str) -> None:
+    """``n`` appends by ``AGENTS`` concurrent tasks on sessions of their own (the writer batches them)."""
+    texts = _texts(max(1, n // AGENTS))
+
+    async def agent(k: int) -> None:
+        sid = f"a{k}"
+        await db.create_session(sid, source="bench", model="m")
+        if fence == "turn":
+            async with db.session_turn(sid, f"turn-{k}", ttl_seconds=3600) as turn:
+                for i, text in enumerate(texts):
+                    await turn.append_message(sid, "user" if i % 2 else "assistant", text)
+            return
+        extra = {}
+        if fence == "holder":
+            assert await db.try_acquire_session_turn_lease(sid, f"holder-{k}", ttl_seconds=3600)
+            extra = {"turn_lease_holder": f"holder-{k}"}
+        for i, text in enumerate(texts):
+            await db.append_message(sid, "user" if i % 2 else "assistant", text, **extra)
+
+    await asyncio.gather(*(agent(k) for k in range(AGENTS)))
+
+
+async def _store(n: int, d: Path, fence: str = "", agents: bool = False) -> None:
+    """``n`` sequential appends (or by ``AGENTS`` tasks); ``fence`` "holder" passes ``turn_lease_holder``,
+    "turn" writes through a ``session_turn``."""
     from hermes_state import SessionDB
 
     db = SessionDB(str(d / "store.db"))
     try:
+        if agents:
+            await _agents(db, n, fence)
+            return
         await db.create_session("b", source="bench", model="m")
         if fence == "turn":
             async with db.session_turn("b", "bench-turn", ttl_seconds=3600) as turn:
@@ -81,7 +112,8 @@ def _child(who: str, n: int) -> None:
     (d / "home").mkdir()
     os.environ["HERMES_HOME"] = str(d / "home")  # no user config.yaml
     if who.startswith("store"):
-        asyncio.run(_store(n, d, who.partition("-")[2]))
+        parts = who.split("-")
+        asyncio.run(_store(n, d, parts[1] if len(parts) > 1 and parts[1] != "plain" else "", "agents" in parts))
     else:
         _limit(n, d)
 
@@ -123,9 +155,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="append counts of the two runs whose difference is reported (default 100 400)")
     p.add_argument("--fenced", action="store_true",
                    help="also count fenced appends (turn_lease_holder=, and through session_turn) against unfenced ones")
+    p.add_argument("--agents", action="store_true",
+                   help=f"fenced against unfenced only, with {AGENTS} concurrent agents (sizes are total appends)")
     args = p.parse_args(argv)
     if args.child:
         _child(args.child[0], int(args.child[1]))
+        return 0
+    if args.agents:
+        sizes = tuple(args.sizes) if args.sizes != (100, 400) else (500, 2000)
+        with tempfile.TemporaryDirectory(prefix="hermes-callgrind-") as tmp:
+            counts = {m: sum(_measure(f"store-{m}-agents", sizes, Path(tmp)).values()) for m in ("plain", "holder", "turn")}
+        print(f"instructions per append, {AGENTS} agents (callgrind, user space only, all threads)")
+        for mode, count in counts.items():
+            print(f"  {mode:6} {count:>10,.0f}   / plain: {count / counts['plain']:.3f}" + ("" if mode == "plain" else " (target <= 1.10)"))
         return 0
     with tempfile.TemporaryDirectory(prefix="hermes-callgrind-") as tmp:
         store = _measure("store", tuple(args.sizes), Path(tmp))

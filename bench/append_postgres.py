@@ -56,7 +56,7 @@ _REPO = Path(__file__).resolve().parent.parent
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
-from bench.append import ROLE, Workload, run_async_contender, shape_items
+from bench.append_workload import ROLE, Workload, run_async_contender, shape_items
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 NAIVE_POOL = 15  # the reference's defaults: pool_size 5 + max_overflow 10
@@ -107,7 +107,7 @@ class Schemas:
             await conn.execute(f'CREATE SCHEMA "{name}"')
             self.made[label] = name
             if with_tables:  # the store's own DDL, so every contender pays for the same indexes
-                from hermes_state.postgres.schema import ensure_schema
+                from hermes_state.postgres.migration import ensure_schema
 
                 await conn.execute(f'SET search_path TO "{name}"')
                 await ensure_schema(conn)

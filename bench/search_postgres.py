@@ -57,7 +57,7 @@ import time
 import uuid
 from typing import Any
 
-from bench.search import COLLOCATIONS, SEED, Corpus, pct
+from bench.search_workload import COLLOCATIONS, SEED, Corpus, pct
 
 TARGET_P95_MS = 25.0
 WRITERS = 10

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.search import pct
+from bench.search_workload import pct
 from bench.search_zipf import PER_SESSION, SESSIONS, prepare
 
 SEARCHERS = 4

@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.search import COLLOCATIONS, COMMON, SYLLABLES, TECH, pct
+from bench.search_workload import COLLOCATIONS, COMMON, SYLLABLES, TECH, pct
 
 GENERATOR_VERSION = 1
 SEED = 14_2024

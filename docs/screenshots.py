@@ -4,8 +4,9 @@ Run from the repository root (needs the dev extras and Debian's chromium)::
 
     python3 docs/screenshots.py
 
-It writes docs/viewer-sessions.png, viewer-transcript.png, viewer-search.png
-and viewer-usage.png. The demo store lives in a temporary directory.
+It writes docs/viewer-sessions.png, viewer-transcript.png, viewer-trace.png,
+viewer-search.png and viewer-usage.png at 1280 px wide, and the same pages at
+390 px (a phone) as viewer-*-390.png. The demo store lives in a temporary directory.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ def _turns(question: str, n: int) -> list[dict[str, object]]:
                                          "`data` that was removed in the last cleanup. Recreate it with "
                                          "`docker volume create data`, then run `docker compose up -d api`."},
         {"role": "user", "content": "Done, it is up again. Can we stop this from happening?"},
-        {"role": "assistant", "content": "Mark the volume as external in compose.yaml so a cleanup never removes it, "
-                                         "and add a health check that fails the deploy when the mount is missing."},
+        {"role": "assistant", "content": "Mark the volume as **external** in `compose.yaml` so a cleanup never "
+                                         "removes it, and add a health check that fails the deploy when the mount "
+                                         "is missing:\n\n```yaml\nvolumes:\n  data:\n    external: true\n"
+                                         "services:\n  api:\n    healthcheck:\n      test: [\"CMD\", \"test\", "
+                                         "\"-d\", \"/data\"]\n```"},
     ]
 
 
@@ -63,6 +67,8 @@ async def demo(path: Path) -> None:
         sessions.append({"id": f"2026112{n % 10}_{1000 + n}", "source": source, "model": model,
                          "title": title if n < len(TOPICS) else f"{title} #{n // len(TOPICS) + 1}",
                          "started_at": now - (17 - n) * DAY * 0.8 - 3600, "messages": _turns(question, n)})
+        for k, message in enumerate(sessions[-1]["messages"]):  # a few seconds per step, as in a real run
+            message["timestamp"] = sessions[-1]["started_at"] + 4.5 * k + (2.0 if message["role"] == "tool" else 0.0)
     async with SessionDB(path) as db:
         await db.import_sessions(sessions)
         for n, session in enumerate(sessions):
@@ -94,15 +100,21 @@ def main() -> int:
                     executable_path="/usr/bin/chromium", headless=True,
                     args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                           "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-                page = browser.new_page(viewport={"width": 1280, "height": 860})
-                shots = [("viewer-sessions.png", ""), ("viewer-transcript.png", "sessions/20261120_1000"),
-                         ("viewer-search.png", "search?q=volume"), ("viewer-usage.png", "usage")]
-                for name, path in shots:
-                    page.goto(base + path)
-                    if "transcript" in name:
-                        page.locator("details.reasoning summary").first.click()
-                    page.screenshot(path=str(DOCS / name), full_page=False)
-                    print(DOCS / name)
+                shots = [("viewer-sessions", ""), ("viewer-transcript", "sessions/20261120_1000"),
+                         ("viewer-trace", "sessions/20261120_1000?view=trace"),
+                         ("viewer-search", "search?q=volume"), ("viewer-usage", "usage")]
+                for width, suffix in ((1280, ""), (390, "-390")):
+                    page = browser.new_page(viewport={"width": width, "height": 860 if width > 400 else 844})
+                    for name, path in shots:
+                        page.goto(base + path)
+                        if name == "viewer-transcript":
+                            page.locator("details.reasoning summary").first.click()
+                        if name == "viewer-trace":
+                            page.evaluate("() => document.querySelector('ol.trace').scrollIntoView()")
+                        target = DOCS / f"{name}{suffix}.png"
+                        page.screenshot(path=str(target), full_page=False)
+                        print(target)
+                    page.close()
                 browser.close()
         finally:
             viewer.terminate()

@@ -22,10 +22,16 @@ if TYPE_CHECKING:
         apply_database_pragmas,
         apply_wal_with_fallback,
         format_session_db_unavailable,
+        fts5_cjk_so_path,
+        is_zeroed_state_db,
+        load_fts5_cjk_extension,
         preflight_db_writability,
+        quarantine_zeroed_state_db,
+        repair_state_db_schema,
         resolve_journal_mode,
         resolved_max_export_messages,
         resolved_max_resume_messages,
+        sqlite_source_id,
         workspace_key,
     )
     from .errors import (
@@ -48,14 +54,9 @@ if TYPE_CHECKING:
         is_disk_full_error,
     )
     from .sqlite.driver import is_sqlite_wal_reset_vulnerable
-    from .sqlite.safety import (
-        get_last_init_error,
-        is_zeroed_state_db,
-        quarantine_zeroed_state_db,
-        repair_state_db_schema,
-    )
+    from .sqlite.safety import get_last_init_error
     from .sqlite.schema import FTS_STORAGE_VERSION, SCHEMA_SQL, SCHEMA_VERSION
-    from .sqlite.search.cjk import _cjk_fts_config_enabled, fts5_cjk_so_path, load_fts5_cjk_extension  # noqa: F401
+    from .sqlite.search.cjk import _cjk_fts_config_enabled  # noqa: F401
     from .session_turn import SessionTurn
     from .store import SessionDB
 
@@ -70,8 +71,9 @@ MAX_FTS5_QUERY_CHARS = 2048
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
         ("_default_db_path", "apply_database_pragmas", "apply_wal_with_fallback", "format_session_db_unavailable",
-         "preflight_db_writability", "resolve_journal_mode", "resolved_max_export_messages",
-         "resolved_max_resume_messages", "workspace_key"),
+         "fts5_cjk_so_path", "is_zeroed_state_db", "load_fts5_cjk_extension", "preflight_db_writability",
+         "quarantine_zeroed_state_db", "repair_state_db_schema", "resolve_journal_mode", "resolved_max_export_messages",
+         "resolved_max_resume_messages", "sqlite_source_id", "workspace_key"),
         ".compat",
     ),
     **dict.fromkeys(
@@ -83,12 +85,9 @@ _LAZY: dict[str, str] = {
         ".errors",
     ),
     "is_sqlite_wal_reset_vulnerable": ".sqlite.driver",
-    **dict.fromkeys(
-        ("get_last_init_error", "is_zeroed_state_db", "quarantine_zeroed_state_db", "repair_state_db_schema"),
-        ".sqlite.safety",
-    ),
+    "get_last_init_error": ".sqlite.safety",
     **dict.fromkeys(("FTS_STORAGE_VERSION", "SCHEMA_SQL", "SCHEMA_VERSION"), ".sqlite.schema"),
-    **dict.fromkeys(("_cjk_fts_config_enabled", "fts5_cjk_so_path", "load_fts5_cjk_extension"), ".sqlite.search.cjk"),
+    "_cjk_fts_config_enabled": ".sqlite.search.cjk",
     "SessionDB": ".store",
     "SessionTurn": ".session_turn",
 }
@@ -122,6 +121,7 @@ __all__ = [
     "resolve_journal_mode",
     "resolved_max_export_messages",
     "resolved_max_resume_messages",
+    "sqlite_source_id",
     "workspace_key",
     "StoreClosedError",
     "SessionNotFoundError",

@@ -9,8 +9,15 @@ many concurrent agents share one fsync.
 
 A caller cancelled while its command still waits in the queue withdraws it
 (the command is skipped); once the writer took it, the command commits or
-rolls back whole and only the result is discarded. ``stop()`` enqueues a
-sentinel and waits, so everything queued before it is applied first.
+rolls back whole and only the result is discarded. ``stop()`` refuses new
+commands and waits, so everything queued before it is applied first.
+
+The task lives only while there is work: it exits once the queue is empty
+(after resolving the last batch's callers and one more look), and the next
+``submit`` starts it again. The emptiness check and the exit happen in one
+step of the event loop, as does a ``submit``'s put and its look at the task,
+so a command is never left in a queue without a task to take it. An idle
+store therefore holds no task a host's leak check could report.
 
 A backend may offer ``start_batch(commands, report)`` instead of awaiting
 ``apply_batch``: it starts the batch and later calls ``report(outcomes,
@@ -41,9 +48,8 @@ log = logging.getLogger("hermes_state.actor")
 
 ApplyBatch = Callable[[Sequence[Command]], Awaitable[list[Outcome]]]
 StartBatch = Callable[[Sequence[Command], Report], None]
-# How a chain of started batches ended: the last batch, its error (None: all
-# applied) and whether the stop sentinel was taken.
-_ChainEnd = tuple[list["_Item"], BaseException | None, bool]
+# How a chain of started batches ended: the last batch and its error (None: all applied).
+_ChainEnd = tuple[list["_Item"], BaseException | None]
 
 MAX_BATCH_COMMANDS = 1024
 MAX_BATCH_BYTES = 16 * 1024 * 1024
@@ -72,8 +78,6 @@ class _Item:
         self.size = size
 
 
-_STOP = object()
-
 
 class WriterActor:
     """Owns the write queue and the task that drains it."""
@@ -97,6 +101,7 @@ class WriterActor:
         self._name = name
         self._queue: asyncio.Queue[Any] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._started = False
         self._stopping = False
         self.batches = 0
         self.commands = 0
@@ -110,25 +115,49 @@ class WriterActor:
     # ------------------------------------------------------------------ public
 
     def start(self) -> None:
-        """Create the queue and the writer task on the running loop (idempotent)."""
-        if self._task is None:
+        """Accept writes from now on (idempotent); the task starts with the first queued command."""
+        if self._queue is None:
             self._queue = asyncio.Queue(self._queue_limit)
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+        self._started = True
+
+    def rebind(self) -> None:
+        """Forget the event loop of earlier use: a fresh queue for the loop the store runs on now.
+
+        Called only when nothing of this actor can still run on the old loop
+        (it is closed, or idle); whatever a closed loop left queued was
+        abandoned with its callers and is dropped.
+        """
+        # Their callers' loop is closed: nobody waits for these any more.
+        self._in_flight = []
+        self._task = None
+        if self._queue is not None:
+            self._queue = asyncio.Queue(self._queue_limit)
 
     @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done() and not self._stopping
+        """True while the actor accepts writes (between ``start()`` and ``stop()``)."""
+        return self._started and not self._stopping
+
+    @property
+    def idle(self) -> bool:
+        """True when no command is queued or being applied (no writer task)."""
+        task = self._task
+        return (task is None or task.done()) and (self._queue is None or self._queue.empty())
 
     async def submit(self, command: Command, size: int = 0) -> Any:
         """Queue ``command`` and wait until it has committed; returns its result."""
-        if not self.running or self._queue is None:
+        queue = self._queue
+        if queue is None or self._stopping or not self._started:
             raise WriterStoppedError("the SessionDB writer is not running")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         item = _Item(command, future, size)
         try:
-            self._queue.put_nowait(item)  # the common case: no coroutine for a queue with room
+            queue.put_nowait(item)  # the common case: no coroutine for a queue with room
         except asyncio.QueueFull:
-            await self._queue.put(item)
+            await queue.put(item)
+        task = self._task
+        if task is None or task.done():  # done: cancelled before its first step (loop shutdown)
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
         return await future
 
     def stats(self) -> dict[str, Any]:
@@ -155,56 +184,64 @@ class WriterActor:
                 log.debug("writer stats %s: %s", self._name, self.stats())
 
     async def stop(self) -> None:
-        """Apply everything queued so far, then end the writer task."""
-        if self._task is None or self._queue is None:
-            return
-        if not self._stopping:
-            self._stopping = True
-            if not self._task.done():
-                await self._queue.put(_STOP)
-        try:
-            await asyncio.shield(self._task)
-        except asyncio.CancelledError:
-            if not self._task.done():
-                raise
+        """Apply everything queued so far, then stop accepting writes."""
+        self._stopping = True
+        while True:
+            task = self._task
+            if task is None or task.done():
+                # A caller that waited for room in a full queue resumes now and
+                # starts a task for its command: one loop pass, then look again.
+                await asyncio.sleep(0)
+                if self._task is not task:
+                    continue
+                if self._queue is None or self._queue.empty():
+                    return  # idle: nothing queued
+                task = self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if not task.done():
+                    raise
 
     # ---------------------------------------------------------------- internal
 
-    def _take_batch(self, first: _Item) -> tuple[list[_Item], bool]:
+    def _take_batch(self, first: _Item) -> list[_Item]:
         assert self._queue is not None
         batch = [first]
         if self._queue.empty():  # one caller: no QueueEmpty raised below
-            return batch, False
+            return batch
         size = first.size
         while len(batch) < self._max_batch and size < self._max_bytes:
             try:
                 item = self._queue.get_nowait()
             except asyncio.QueueEmpty:
                 break
-            if item is _STOP:
-                return batch, True
             batch.append(item)
             size += item.size
-        return batch, False
+        return batch
 
     async def _run(self) -> None:
-        assert self._queue is not None
+        queue = self._queue
+        assert queue is not None
         try:
-            stop = False
-            while not stop:
-                first = await self._queue.get()
-                if first is _STOP:
-                    break
-                batch, stop = self._take_batch(first)
+            # No await between the last look at the queue and the exit below:
+            # a submit either put its command before that look or finds no task.
+            while not queue.empty():
+                batch = self._take_batch(queue.get_nowait())
                 if self._start is not None:
-                    stop = await self._run_chain(batch, stop)
+                    await self._run_chain(batch)
                 else:
                     await self._apply_and_resolve(batch)
-        finally:
+        except BaseException:
+            if self._task is asyncio.current_task():
+                self._task = None
             self._fail_pending(WriterStoppedError("the SessionDB writer stopped before this write was applied"))
+            raise
+        if self._task is asyncio.current_task():
+            self._task = None
 
-    async def _run_chain(self, batch: list[_Item], stop: bool) -> bool:
-        """Apply ``batch`` and every batch queued behind it through the start hook; returns whether to stop.
+    async def _run_chain(self, batch: list[_Item]) -> None:
+        """Apply ``batch`` and every batch queued behind it through the start hook.
 
         A batch known not applied is retried once; any other error fails
         that batch's callers and ends the chain (the task takes the next).
@@ -213,22 +250,22 @@ class WriterActor:
         retried: list[_Item] | None = None
         while True:
             ended: asyncio.Future[_ChainEnd] = loop.create_future()
-            self._launch(batch, stop, ended)
+            self._launch(batch, ended)
             try:
-                batch, error, stop = await ended
+                batch, error = await ended
             except asyncio.CancelledError:
                 self._abandon(self._in_flight)
                 raise
             if error is None:
-                return stop
+                return
             if isinstance(error, WriteNotAppliedError) and batch is not retried:
                 retried = batch
                 self.retried_batches += 1  # nothing of it committed: once more, without withdrawn callers
                 continue
             self._fail(batch, error)
-            return stop
+            return
 
-    def _launch(self, batch: list[_Item], stop: bool, ended: asyncio.Future[_ChainEnd]) -> None:
+    def _launch(self, batch: list[_Item], ended: asyncio.Future[_ChainEnd]) -> None:
         """Start the live items of ``batch``; its report settles them and launches what is queued by then.
 
         Each batch goes through the start hook current at its launch.
@@ -237,11 +274,11 @@ class WriterActor:
         assert start is not None
         live = [item for item in batch if not item.future.done()]
         while not live:  # every caller withdrew: on to what is queued
-            following = self._next_batch(stop)
+            following = self._next_batch()
             if following is None:
-                ended.set_result((batch, None, stop))
+                ended.set_result((batch, None))
                 return
-            batch, stop = following
+            batch = following
             live = [item for item in batch if not item.future.done()]
         self._in_flight = batch
         started = time.perf_counter()
@@ -253,14 +290,12 @@ class WriterActor:
             if ended.done():  # the writer task was cancelled meanwhile: no more batches
                 return
             if outcomes is None:
-                ended.set_result((batch, error or RuntimeError("the batch reported nothing"), stop))
+                ended.set_result((batch, error or RuntimeError("the batch reported nothing")))
                 return
             self._maybe_log()
-            following = self._next_batch(stop)
+            following = self._next_batch()
             if following is not None:
-                self._launch(*following, ended)
-            elif stop:
-                ended.set_result((batch, None, stop))
+                self._launch(following, ended)
             else:
                 # The callers just resolved run first in the next loop iteration;
                 # one that writes again at once (an agent appending turn after
@@ -270,26 +305,23 @@ class WriterActor:
         def recheck() -> None:
             if ended.done():  # the writer task was cancelled meanwhile
                 return
-            following = self._next_batch(stop)
+            following = self._next_batch()
             if following is None:
-                ended.set_result((batch, None, stop))  # idle: the task waits on the queue
+                ended.set_result((batch, None))  # idle: the task takes its last look and exits
             else:
-                self._launch(*following, ended)
+                self._launch(following, ended)
 
         try:
             start([item.command for item in live], report)
         except Exception as exc:
-            ended.set_result((batch, exc, stop))
+            ended.set_result((batch, exc))
 
-    def _next_batch(self, stop: bool) -> tuple[list[_Item], bool] | None:
-        """The batch already waiting in the queue, or None; ``([], True)`` when the stop sentinel is next."""
+    def _next_batch(self) -> list[_Item] | None:
+        """The batch already waiting in the queue, or None."""
         assert self._queue is not None
-        if stop or self._queue.empty():  # the common case of one caller: no exception raised per batch
+        if self._queue.empty():  # the common case of one caller: no exception raised per batch
             return None
-        first = self._queue.get_nowait()
-        if first is _STOP:
-            return [], True
-        return self._take_batch(first)
+        return self._take_batch(self._queue.get_nowait())
 
     @staticmethod
     def _abandon(batch: list[_Item]) -> None:
@@ -368,5 +400,5 @@ class WriterActor:
                 item = self._queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            if item is not _STOP and not item.future.done():
+            if not item.future.done():
                 item.future.set_exception(exc)

@@ -2,22 +2,29 @@
 
 Hosts built around async-hermes-agent open ``state.db`` with their own
 connections (delegation tools, memory plugins) and call these to apply the
-same journal-mode and pragma policy as the store. They take a plain DB-API
-connection and are synchronous.
+same journal-mode and pragma policy as the store. As in the reference, the
+ones that touch files or a connection are coroutines: their file-system work
+runs on a worker thread and their statements on the connection's own thread
+(an aiosqlite connection), never on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
+import aiosqlite
+
 from .config import StoreConfig, default_db_path, hermes_home, load_config
 from .errors import ConfigError
-from .sqlite.backend import _preflight
-from .sqlite.journal import apply_database_pragmas as _apply_pragmas
-from .sqlite.journal import apply_journal_mode
+from .sqlite import safety
+from .sqlite.driver import driver_module, run_on
+from .sqlite.journal import apply_config_pragmas, apply_journal_mode
 from .sqlite.safety import get_last_init_error
+from .sqlite.search import cjk
 
 __all__ = [
     "resolve_journal_mode",
@@ -28,43 +35,126 @@ __all__ = [
     "workspace_key",
     "resolved_max_resume_messages",
     "resolved_max_export_messages",
+    "sqlite_source_id",
+    "is_zeroed_state_db",
+    "quarantine_zeroed_state_db",
+    "repair_state_db_schema",
+    "fts5_cjk_so_path",
+    "load_fts5_cjk_extension",
     "_default_db_path",
 ]
+
+log = logging.getLogger("hermes_state")
 
 _WAL_INCOMPATIBLE_MARKERS = ("locking protocol", "not authorized", "disk i/o error")
 
 
-def _config() -> StoreConfig:
+def _config_now() -> StoreConfig:
     try:
         return load_config(hermes_home())
     except ConfigError:
         return StoreConfig()
 
 
-def resolve_journal_mode() -> str:
-    """The configured journal mode: ``"wal"`` (default) or ``"delete"``; a bad config means ``"wal"``."""
-    return _config().database.journal_mode
+async def _config() -> StoreConfig:
+    """The active profile's config (defaults when config.yaml is bad), read on a worker thread."""
+    return await asyncio.to_thread(_config_now)
 
 
-def apply_wal_with_fallback(conn: Any, *, db_label: str = "state.db", require_wal: bool = False) -> str:
+def _require_aiosqlite(conn: Any) -> None:
+    """Refuse a plain DB-API connection (TypeError): tied to the thread that made it, it would block the loop."""
+    if not isinstance(conn, aiosqlite.Connection):
+        raise TypeError(f"conn must be an aiosqlite.Connection, not {type(conn).__name__}")
+
+
+async def resolve_journal_mode() -> str:
+    """Return the configured journal mode: ``"wal"`` (default) or ``"delete"``; a bad config means ``"wal"``."""
+    return (await _config()).database.journal_mode
+
+
+async def apply_wal_with_fallback(conn: Any, *, db_label: str = "state.db", require_wal: bool = False) -> str:
     """Apply the store's journal-mode policy to ``conn``; returns the mode now in effect.
 
     WAL unless configured otherwise; a rollback journal on SQLite builds with
     the WAL-reset bug (unless the file is already WAL) and on file systems
     that refuse WAL. ``require_wal=True`` raises ``WalUnsupportedError``
-    instead of falling back.
+    instead of falling back. ``conn`` is an aiosqlite connection.
     """
-    return apply_journal_mode(conn, resolve_journal_mode(), db_label=db_label, require_wal=require_wal)
+    _require_aiosqlite(conn)
+    mode = await resolve_journal_mode()
+    return await run_on(conn, lambda raw: apply_journal_mode(raw, mode, db_label=db_label, require_wal=require_wal))
 
 
-def apply_database_pragmas(conn: Any, *, busy_timeout_ms: int = 1000, config: StoreConfig | None = None) -> None:
-    """Apply the ``database`` config pragmas, ``foreign_keys=ON`` and a busy timeout to ``conn``."""
-    _apply_pragmas(conn, (config or _config()).database, busy_timeout_ms=busy_timeout_ms)
+async def apply_database_pragmas(conn: Any, *, db_label: str = "state.db") -> None:
+    """Apply the integer pragmas config.yaml's ``database`` section sets (cache_size, mmap_size, ...) to ``conn``.
+
+    Returns None. A config.yaml the store would reject applies nothing (logged under ``db_label``).
+    """
+    _require_aiosqlite(conn)
+    try:
+        config = await asyncio.to_thread(load_config, hermes_home())
+    except ConfigError as exc:
+        log.warning("%s: database pragmas from config.yaml not applied: %s", db_label, exc)
+        return
+    await run_on(conn, apply_config_pragmas, config.database)
 
 
-def preflight_db_writability(path: os.PathLike[str] | str, *, db_label: str = "state.db") -> None:
-    """Create the parent directory; raise ``sqlite3.OperationalError`` naming an unwritable path."""
-    _preflight(Path(path))
+async def preflight_db_writability(db_path: os.PathLike[str] | str, *, db_label: str = "state.db") -> None:
+    """Create the parent directory; raise ``sqlite3.OperationalError`` naming an unwritable path.
+
+    Returns None. In-memory and ``file:`` URI databases are left alone.
+    """
+    raw = os.fspath(db_path)
+    if raw == ":memory:" or raw.startswith("file:"):
+        return
+    await asyncio.to_thread(safety.preflight, Path(raw), db_label)
+
+
+async def is_zeroed_state_db(path: os.PathLike[str] | str, *, probe_bytes: int = 100, force: bool = False) -> bool:
+    """Return True when the file is not empty and its first ``probe_bytes`` bytes (at least 16) are all NUL.
+
+    ``force`` is accepted for the reference's signature: this check never
+    skips a file that is open in this process, so it changes nothing.
+    """
+    return await asyncio.to_thread(safety.is_zeroed_file, path, probe_bytes)
+
+
+async def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
+    """Move a zeroed database and its sidecars aside; returns the new path, or None if it was not zeroed."""
+    return await asyncio.to_thread(safety.quarantine_zeroed_file, path)
+
+
+async def repair_state_db_schema(db_path: os.PathLike[str] | str, *, backup: bool = True) -> dict[str, Any]:
+    """Repair a damaged ``state.db`` on a worker thread; returns the report (see ``sqlite.safety.repair_database``)."""
+    return await asyncio.to_thread(safety.repair_database, db_path, backup=backup)
+
+
+async def fts5_cjk_so_path() -> Path:
+    """Return where the ``cjk_unicode61`` tokenizer library is expected (it may not exist)."""
+    return await asyncio.to_thread(cjk.cjk_library_path)
+
+
+async def load_fts5_cjk_extension(conn: Any) -> bool:
+    """Load the CJK tokenizer into ``conn`` (an aiosqlite connection); returns whether it is usable."""
+    _require_aiosqlite(conn)
+    return await run_on(conn, cjk.load_cjk_tokenizer)
+
+
+def _source_id_now() -> str:
+    try:
+        conn = driver_module().connect(":memory:")
+        try:
+            row = conn.execute("SELECT sqlite_source_id()").fetchone()
+        finally:
+            conn.close()
+    except Exception:  # noqa: BLE001 - the reference answers "" whenever SQLite cannot say
+        return ""
+    return str(row[0]) if row and row[0] is not None else ""
+
+
+async def sqlite_source_id() -> str:
+    """Return the linked SQLite's ``sqlite_source_id()`` (the store's driver), or ``""`` when unavailable."""
+    return await asyncio.to_thread(_source_id_now)
 
 
 def format_session_db_unavailable(prefix: str = "Session database unavailable") -> str:
@@ -83,14 +173,14 @@ def workspace_key(row: Mapping[str, Any]) -> str | None:
     return (row.get("git_repo_root") or "").strip() or (row.get("cwd") or "").strip() or None
 
 
-def resolved_max_resume_messages() -> int:
+async def resolved_max_resume_messages() -> int:
     """Config ``sessions.max_resume_messages`` (default 20000; 0 disables the guard)."""
-    return max(0, int(_config().sessions.max_resume_messages))
+    return max(0, int((await _config()).sessions.max_resume_messages))
 
 
-def resolved_max_export_messages() -> int:
+async def resolved_max_export_messages() -> int:
     """Config ``sessions.max_export_messages`` (default 20000; 0 disables the guard)."""
-    return max(0, int(_config().sessions.max_export_messages))
+    return max(0, int((await _config()).sessions.max_export_messages))
 
 
 _default_db_path = default_db_path

@@ -20,6 +20,7 @@ __all__ = [
     "locked_error",
     "DatabaseUnavailableError",
     "StoreClosedError",
+    "EventLoopUnavailableError",
     "SessionNotFoundError",
     "CompressionSessionClosedError",
     "CompressionSessionBusyError",
@@ -74,6 +75,18 @@ class StoreClosedError(RuntimeError):
 
     def __init__(self, message: str = CLOSED_MESSAGE) -> None:
         super().__init__(message)
+
+
+class EventLoopUnavailableError(RuntimeError):
+    """A call came from a new event loop while the store's loop has work in flight and is not running.
+
+    The store serves every event loop (see the README, "Event loops and
+    threads"): it moves to the caller's loop when its own has closed or
+    stopped with nothing in flight. A loop that stopped in the middle of a
+    store call (and was not closed) holds that call's work, so the store can
+    neither wait for it nor move: a call from elsewhere raises this once that
+    loop has stayed stopped for a second. Run or close that loop first.
+    """
 
 
 class SessionNotFoundError(sqlite3.IntegrityError):
@@ -260,8 +273,10 @@ _DISK_FULL_MARKERS = (
 )
 
 
-def is_disk_full_error(exc: BaseException | None) -> bool:
-    """Return True when ``exc`` (or its cause chain) reports a full disk."""
+def is_disk_full_error(exc: BaseException | str | None) -> bool:
+    """Return True when ``exc`` (or its cause chain), or a message string, reports a full disk."""
+    if isinstance(exc, str):
+        return any(marker in exc.lower() for marker in _DISK_FULL_MARKERS)
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -284,10 +299,11 @@ _CAUSE_MARKERS: tuple[tuple[PersistenceErrorCause, tuple[str, ...]], ...] = (
 )
 
 
-def classify_persistence_error(exc: BaseException | None) -> PersistenceErrorCause:
+def classify_persistence_error(exc: BaseException | str | None) -> PersistenceErrorCause:
     """Return why a write failed: one of :data:`PERSISTENCE_ERROR_CAUSES`.
 
-    The first match wins: None is ``"unknown"``; then the store's own
+    ``exc`` is the exception, or its message as a string (then only the
+    message rules below apply). The first match wins: None is ``"unknown"``; then the store's own
     classes (a lost turn lease, a session closed by compression, a busy or
     lost compression lease, a damaged file, a lock wait past
     ``lock_timeout``); then the message: "turn lease", "closed by

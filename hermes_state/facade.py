@@ -11,13 +11,16 @@ import asyncio
 import logging
 import os
 import random
+import threading
+import time
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, TypeVar
+from typing import Any, Awaitable, Callable, ClassVar, Iterable, TypeVar
 
 from .actor import WriterActor, WriterStoppedError
 from .backend import Backend
 from .commands.base import Command
-from .errors import StoreClosedError, locked_error
+from .errors import EventLoopUnavailableError, StoreClosedError, locked_error
+from .home_loop import LoopThread, hand_off, remember_own_loop
 from .paths import default_db_path
 from .limits import finite_arg, int64_arg
 
@@ -25,6 +28,17 @@ __all__ = ["StoreBase", "require_id", "opt_text", "flag_arg", "count_arg", "opt_
 
 log = logging.getLogger("hermes_state")
 _S = TypeVar("_S", bound="StoreBase")
+T = TypeVar("T")
+
+# How long a loop the store moves away from may stay stopped (between the
+# steps of ``asyncio.run``'s shutdown, say) with store calls still in flight
+# before the move gives up with EventLoopUnavailableError.
+STOPPED_LOOP_GRACE = 1.0
+OWN_LOOP_THREAD = "hermes-state-store-loop"
+STOPPED_LOOP_MESSAGE = (
+    "this SessionDB's event loop stopped with a store call in flight and was not closed; "
+    "run that loop until its calls finish, or close it, before using the store elsewhere"
+)
 
 # How long a write keeps retrying while another process holds the file lock.
 DEFAULT_PATIENCE = 20.0
@@ -93,6 +107,10 @@ def rows_size(rows: Iterable[Any]) -> int:
 
 
 
+class _NeedOwnLoop(Exception):
+    """Placing a call needs the store's own loop thread, which is started outside the bind lock."""
+
+
 class StoreBase:
     """Lifecycle and plumbing shared by every method group of ``SessionDB``."""
 
@@ -112,7 +130,16 @@ class StoreBase:
         self._actor = WriterActor(self._backend.apply_batch, start=getattr(self._backend, "start_batch", None))
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
+        # The home loop (see _home_for), the home once ready there (the fast
+        # path's one comparison), the home the store moved away from until
+        # its work there has ended, and the store's own loop thread, if any.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready_on: asyncio.AbstractEventLoop | None = None
+        self._previous: asyncio.AbstractEventLoop | None = None
+        self._preparing: asyncio.AbstractEventLoop | None = None
+        self._own: LoopThread | None = None
+        self._bind_lock = threading.Lock()
+        self._inflight = 0  # calls doing I/O on the home loop now
         self._closed = False
         self._close_task: asyncio.Task[None] | None = None
 
@@ -157,53 +184,225 @@ class StoreBase:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
-        """The event loop the store is bound to (by its first awaited call), or None before that."""
+        """The store's home event loop: where its I/O runs now (None before the first awaited call).
+
+        Calls from other loops are handed to it; it changes when the store
+        moves (see :meth:`_home_for`).
+        """
         return self._loop
 
-    async def _ensure_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError()
-        loop = asyncio.get_running_loop()
-        if self._opened:
-            if loop is not self._loop:
-                raise RuntimeError("this SessionDB was opened on another event loop; create one store per loop")
-            return
+    # The home-loop rule. The first awaited call's loop becomes the home. A call
+    # from another loop L: when the home has closed, or stopped with nothing of
+    # the store in flight, the store moves to L; when the home runs in another
+    # thread, the store moves to a loop thread of its own, which every loop
+    # (the old home's included) hands its calls to until close(). A move waits
+    # for the calls still running on the old home, then rebinds what is
+    # loop-bound (the writer's queue, the backend's connections and locks).
+
+    def _home_for(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop | None:
+        """Where a call from ``loop`` runs: None for ``loop`` itself (now the home), else the loop to hand it to."""
+        while True:
+            try:
+                return self._place(loop)
+            except _NeedOwnLoop:
+                self._own_loop()  # a thread is started outside the bind lock, then the call is placed again
+
+    def _place(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop | None:
+        with self._bind_lock:
+            home = self._loop
+            own = self._own
+            if home is loop:
+                return None
+            if home is None:
+                self._loop = loop
+                return None
+            if own is not None and home is own.loop:
+                return home  # the store's own loop stops only at close()
+            if (own is not None and loop is own.loop) or home.is_closed() or not (home.is_running() or self._busy()):
+                self._move_to(loop, home)  # the home closed, or stopped idle: the store moves here
+                return None
+            # The home runs in another thread (or stopped for a moment with calls in
+            # flight, as between the steps of asyncio.run's shutdown): from now on
+            # the store runs on a loop of its own, once those calls are over.
+            if own is None:
+                raise _NeedOwnLoop()
+            self._move_to(own.loop, home)
+            return own.loop
+
+    def _move_to(self, loop: asyncio.AbstractEventLoop, previous: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._ready_on = None
+        self._previous = previous
+        self._open_lock = None  # an asyncio.Lock serves one loop
+
+    def _busy(self) -> bool:
+        return bool(self._inflight) or self._preparing is not None or not self._actor.idle
+
+    def _own_loop(self) -> asyncio.AbstractEventLoop:
+        """The store's own loop thread's loop, started now if needed; the store moves there at its first call from it."""
+        own = self._own
+        if own is not None:
+            return own.loop
+        started = LoopThread(name=OWN_LOOP_THREAD)  # outside the lock: starting a thread waits for it
+        with self._bind_lock:
+            if self._own is None:
+                self._own = started
+                remember_own_loop(self)
+                return started.loop
+            own = self._own
+        started.stop()  # another thread was first; the spare thread ends by itself
+        return own.loop
+
+    async def _enter(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop | None:
+        """Make the store ready on ``loop``; returns None when the call runs here, else the loop to hand it to.
+
+        A None answer is given in the same loop step as the caller's own
+        ``_inflight`` count (no await between), so a move sees every call
+        that runs on the old home.
+        """
+        while True:
+            if self._closed:
+                raise StoreClosedError()
+            home = self._home_for(loop)
+            if home is not None:
+                return home
+            if self._ready_on is loop:
+                return None
+            await self._get_ready(loop)
+
+    async def _get_ready(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Open the store on ``loop``, its home, or move it in (after the old home's calls ended)."""
         if self._open_lock is None:
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if self._closed:
                 raise StoreClosedError()
-            if self._opened:
-                return
-            await self._backend.open()
-            self._loop = loop
+            if self._loop is not loop or self._ready_on is loop:
+                return  # moved on meanwhile, or another caller got it ready
+            await self._move_in(loop)
+            self._preparing = loop
+            try:
+                if not self._opened:
+                    await self._backend.open()
+                    if not self.read_only:
+                        self._actor.start()
+                    self._opened = True
+            finally:
+                self._preparing = None
+            with self._bind_lock:
+                if self._loop is loop:
+                    self._ready_on = loop
+
+    async def _move_in(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Finish a move to ``loop``: wait out the old home's calls, then rebind what is loop-bound."""
+        previous = self._previous
+        if previous is None:
+            return
+        await self._wait_for_calls_on(previous, loop)
+        if self._opened:
+            dead = previous.is_closed()
             if not self.read_only:
-                self._actor.start()
-            self._opened = True
+                self._actor.rebind()
+            rebind: Callable[[bool], Awaitable[None]] | None = getattr(self._backend, "rebind", None)
+            if rebind is not None:
+                await rebind(dead)
+            self._after_move(dead)
+        if self._previous is previous:
+            self._previous = None
+
+    async def _wait_for_calls_on(self, previous: asyncio.AbstractEventLoop, loop: asyncio.AbstractEventLoop) -> None:
+        """Return once nothing of the store runs on ``previous`` any more (or it closed)."""
+        # Once this callback ran there, every call on that loop that saw the old
+        # home has counted itself (see _enter); later ones hand over.
+        seen: list[bool] = []
+        try:
+            previous.call_soon_threadsafe(seen.append, True)
+        except RuntimeError:  # closed meanwhile
+            seen.append(True)
+        if not previous.is_running():
+            seen.append(True)  # nothing runs there: nobody is between a look and a count
+        stopped_since: float | None = None
+        while not previous.is_closed():
+            if seen and self._inflight == 0 and self._preparing in (None, loop) and self._actor.idle:
+                return
+            if previous.is_running():
+                stopped_since = None
+            else:
+                stopped_since = stopped_since or time.monotonic()
+                if time.monotonic() - stopped_since > STOPPED_LOOP_GRACE:
+                    raise EventLoopUnavailableError(STOPPED_LOOP_MESSAGE)
+            await asyncio.sleep(0.002)
+        self._inflight = 0  # the calls of a closed loop are gone with it
+        self._preparing = None
+
+    def _after_move(self, dead: bool) -> None:
+        """Hook for method groups with loop-bound state of their own; ``dead``: the old home is closed.
+
+        Overrides must call ``super()``.
+        """
+
+    async def _ensure_open(self) -> None:
+        """Open the store on its home loop (this one, unless calls are handed elsewhere). Returns None."""
+        home = await self._enter(asyncio.get_running_loop())
+        if home is not None:
+            await hand_off(home, self._ensure_open())
+
+    async def _at_home(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Await ``fn(*args)`` on the home loop, handed over from another loop if need be; returns its result."""
+        home = await self._enter(asyncio.get_running_loop())
+        if home is not None:
+            return await hand_off(home, self._at_home(fn, *args))
+        self._inflight += 1
+        try:
+            return await fn(*args)
+        finally:
+            self._inflight -= 1
 
     async def close(self) -> None:
         """Apply every queued write, then close all connections. Idempotent.
 
         Concurrent and repeated calls share one close. A caller cancelled
         while waiting still lets the close finish, then sees the cancellation.
+        From another event loop the close runs on the store's home loop.
         """
-        if self._close_task is None:
-            self._closed = True
-            self._close_task = asyncio.get_running_loop().create_task(self._shutdown(), name="hermes-state-close")
+        loop = asyncio.get_running_loop()
         task = self._close_task
+        if task is not None and task.get_loop() is not loop:
+            while not task.done() and not task.get_loop().is_closed():
+                await asyncio.sleep(0.005)  # a close runs on another loop: it finishes there
+            if task.done():
+                return task.result()
+        home = self._home_for(loop)
+        if home is not None:
+            await hand_off(home, self.close())
+            return
+        task = self._close_task
+        if task is None or (task.get_loop() is not loop and not task.done()):  # a close begun on a loop now closed
+            task = self._close_task = loop.create_task(self._shutdown(loop), name="hermes-state-close")
+            self._closed = True
         cancelled = False
         while not task.done():
             try:
                 await asyncio.shield(task)
             except asyncio.CancelledError:
                 cancelled = True
+        own = self._own
+        if own is not None and loop is own.loop:
+            # Closed: the store's own loop stops, a moment later, so that this
+            # and every other handed-over close() still report back first.
+            loop.call_later(0.05, own.stop)
         if cancelled:
             raise asyncio.CancelledError()
         task.result()
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             try:
+                if self._previous is not None:  # moved here and not yet moved in: do it under the open lock
+                    if self._open_lock is None:
+                        self._open_lock = asyncio.Lock()
+                    async with self._open_lock:
+                        await self._move_in(loop)
                 await self._before_close()
             finally:
                 await self._actor.stop()
@@ -219,8 +418,7 @@ class StoreBase:
 
     async def storage_info(self) -> dict[str, Any]:
         """Return facts about the open store: backend, driver, SQLite version, journal mode, schema version."""
-        await self._ensure_open()
-        return await self._backend.storage_info()
+        return await self._at_home(self._backend.storage_info)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -250,8 +448,19 @@ class StoreBase:
         if during_close:
             if not self._opened:
                 raise StoreClosedError()
-        elif self._closed or not self._opened or loop is not self._loop:  # else already open here: no await
-            await self._ensure_open()
+        elif self._closed or loop is not self._ready_on:  # else ready on this loop: no await
+            home = await self._enter(loop)
+            if home is not None:
+                return await hand_off(home, self._write(command, patience=patience, size=size))
+        self._inflight += 1
+        try:
+            return await self._submit(loop, command, patience, size, during_close)
+        finally:
+            self._inflight -= 1
+
+    async def _submit(
+        self, loop: asyncio.AbstractEventLoop, command: Command, patience: float, size: int, during_close: bool
+    ) -> Any:
         started = loop.time()
         while True:
             try:
@@ -279,8 +488,16 @@ class StoreBase:
 
     async def _query(self, name: str, *args: Any) -> Any:
         """Run the backend's read query ``name``; reads never enter the write queue."""
-        await self._ensure_open()
-        return await self._backend.reader.query(name, *args)
+        loop = asyncio.get_running_loop()
+        if self._closed or loop is not self._ready_on:
+            home = await self._enter(loop)
+            if home is not None:
+                return await hand_off(home, self._query(name, *args))
+        self._inflight += 1
+        try:
+            return await self._backend.reader.query(name, *args)
+        finally:
+            self._inflight -= 1
 
 
 def _unlink_session_files(directory: Path, session_ids: Iterable[str]) -> None:

@@ -14,10 +14,12 @@ has another start time, so it never keeps a dead holder's lease alive.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 __all__ = [
-    "LOCAL_HOST", "is_local", "local_host_token", "pid_is_gone", "process_identity", "process_is_gone", "process_started",
+    "LOCAL_HOST", "is_local", "local_host_token", "own_process", "pid_is_gone", "process_identity", "process_is_gone",
+    "process_started", "reads_proc",
 ]
 
 
@@ -62,10 +64,35 @@ def process_started(pid: int) -> int | None:
         return None
 
 
+# (pid, start time) of this process, read once; a forked child has another pid and reads its own.
+_own: tuple[int, int | None] | None = None
+
+
 def process_identity() -> tuple[str | None, int, int | None]:
-    """``(host token, pid, start time)`` of the calling process, recorded with a lease it takes."""
+    """``(host token, pid, start time)`` of the calling process, recorded with a lease it takes.
+
+    Reads ``/proc`` the first time in each process (see :func:`own_process` for async callers).
+    """
+    global _own
     pid = os.getpid()
-    return LOCAL_HOST, pid, process_started(pid)
+    if _own is None or _own[0] != pid:
+        _own = (pid, process_started(pid))
+    return LOCAL_HOST, pid, _own[1]
+
+
+async def own_process() -> tuple[str | None, int, int | None]:
+    """:func:`process_identity`, with its one ``/proc`` read on a worker thread instead of the event loop."""
+    if _own is None or _own[0] != os.getpid():
+        return await asyncio.to_thread(process_identity)
+    return process_identity()
+
+
+def reads_proc(host: str | None, pid: int | None) -> bool:
+    """Whether judging the holder ``(host, pid)`` reads ``/proc``: a local process other than this one.
+
+    Async callers run such a judgement on a worker thread.
+    """
+    return is_local(host) and pid is not None and pid > 0 and pid != os.getpid()
 
 
 def pid_is_gone(pid: int) -> bool:
@@ -91,7 +118,9 @@ def process_is_gone(host: str | None, pid: int | None, started: int | None) -> b
     """
     if not is_local(host) or pid is None or pid <= 0:
         return False
-    if pid != os.getpid() and pid_is_gone(pid):
+    if pid == os.getpid():
+        return started is not None and process_identity()[2] not in (None, started)
+    if pid_is_gone(pid):
         return True
     now_started = process_started(pid)
     return started is not None and now_started is not None and now_started != started

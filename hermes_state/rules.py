@@ -9,6 +9,7 @@ PostgreSQL answer identically.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from .errors import (
     SessionNotFoundError,
     SessionTurnLeaseLostError,
 )
-from .lease_host import is_local, pid_is_gone, process_is_gone
+from .lease_host import is_local, own_process, pid_is_gone, process_is_gone, reads_proc
 
 __all__ = [
     "import_result",
@@ -41,6 +42,8 @@ __all__ = [
     "fence_renewal_due",
     "holder_process_is_dead",
     "turn_lease_takeover",
+    "turn_waiter_alive",
+    "turn_waiter_alive_on_loop",
     "like_escape",
     "merged_model_config",
     "numbered_titles",
@@ -135,6 +138,39 @@ def turn_lease_takeover(
     if row_holder == holder and same_process and not exclusive:
         return "held"
     return "busy"
+
+
+async def turn_lease_takeover_on_loop(
+    holder: str,
+    exclusive: bool,
+    row_holder: str,
+    expires_at: float,
+    row_host: str | None,
+    row_pid: int | None,
+    row_started: int | None,
+    now: float,
+) -> str:
+    """:func:`turn_lease_takeover` for a caller on the event loop: a judgement that reads ``/proc`` runs on a thread."""
+    args = (holder, exclusive, row_holder, expires_at, row_host, row_pid, row_started, now)
+    if expires_at > now and reads_proc(row_host, row_pid):
+        return await asyncio.to_thread(turn_lease_takeover, *args)
+    await own_process()  # this process's start time, read off the loop once
+    return turn_lease_takeover(*args)
+
+
+def turn_waiter_alive(expires_at: float, host: str | None, pid: int | None, started: int | None, now: float) -> bool:
+    """Whether a queued turn-lease waiter still counts: its ticket not expired and its process (if local) running."""
+    return expires_at > now and not process_is_gone(host, pid, started)
+
+
+async def turn_waiter_alive_on_loop(
+    expires_at: float, host: str | None, pid: int | None, started: int | None, now: float
+) -> bool:
+    """:func:`turn_waiter_alive` for a caller on the event loop: a judgement that reads ``/proc`` runs on a thread."""
+    if expires_at > now and reads_proc(host, pid):
+        return await asyncio.to_thread(turn_waiter_alive, expires_at, host, pid, started, now)
+    await own_process()  # this process's start time, read off the loop once
+    return turn_waiter_alive(expires_at, host, pid, started, now)
 
 
 def merged_model_config(stored: str | None, given: str | None) -> str | None:

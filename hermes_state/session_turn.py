@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .commands.leases import RefreshTurnLease, TurnFence
 from .errors import SessionTurnAbortedError, SessionTurnLeaseLostError, SessionTurnTimeoutError
-from .methods.leases import _aborted, active_fence
-
-if TYPE_CHECKING:
-    from .methods.leases import TurnLeaseMethods
+from .turn_fence import active_fence
+from .turn_wait import aborted
 
 __all__ = ["SessionTurn"]
 
@@ -42,7 +40,7 @@ class SessionTurn:
     """
 
     def __init__(
-        self, db: TurnLeaseMethods, session_id: str, holder: str, options: WaitOptions, refresh_interval: float | None
+        self, db: Any, session_id: str, holder: str, options: WaitOptions, refresh_interval: float | None
     ) -> None:
         self._db = db
         self.session_id = session_id
@@ -88,7 +86,7 @@ class SessionTurn:
             self.session_id, self.holder, *self._options, patience=0.5, exclusive=True
         )
         if granted is None:
-            if _aborted(should_abort):
+            if aborted(should_abort):
                 raise SessionTurnAbortedError(self.session_id)
             raise SessionTurnTimeoutError(self.session_id, self._options[1])
         self.token, self.conversation_id, self.waited = granted
@@ -97,7 +95,7 @@ class SessionTurn:
         self._refresher = asyncio.get_running_loop().create_task(self._keep_fresh(), name="hermes-turn-refresh")
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         refresher, self._refresher = self._refresher, None
         if refresher is not None:
             refresher.cancel()
@@ -105,19 +103,20 @@ class SessionTurn:
             return
         self._held = False
         # Shielded: a cancelled turn still releases (the wait for it is what gets cancelled).
-        release = asyncio.ensure_future(self._release())
+        release = asyncio.ensure_future(self._db._release_turn(self.session_id, self.holder, self.token))
         try:
             await asyncio.shield(release)
         except asyncio.CancelledError:
             if not release.done():
                 release.add_done_callback(_log_release_error)
             raise
-
-    async def _release(self) -> None:
-        try:
-            await self._db._release_turn(self.session_id, self.holder, self.token)
-        except Exception as exc:  # the store closed, the database went away: the TTL ends it
-            log.warning("could not release the turn lease of %s (%s); it ends at its TTL", self.session_id, exc)
+        except Exception as failure:  # retried already: the caller must know the lease outlives the turn
+            log.error("could not release the turn lease of %s: %s", self.session_id, failure)
+            if exc is None:
+                raise
+            note = getattr(exc, "add_note", None)  # Python 3.11+; 3.10 has the log line alone
+            if note is not None:
+                note(f"releasing the turn lease of {self.session_id!r} failed as well: {failure!r}")
 
     async def _keep_fresh(self) -> None:
         while True:

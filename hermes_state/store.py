@@ -36,17 +36,35 @@ from .facade import TRANSCRIPT_PATIENCE, StoreBase, count_arg, opt_number, opt_t
 from .limits import NOT_JSON, check_json_value, int64_arg, json_text, parse_json_text
 from .methods.compression import CompressionMethods
 from .methods.health import HealthMethods
-from .methods.leases import TurnLeaseMethods, transcript_fence
+from .methods.leases import TurnLeaseMethods
+from .turn_fence import transcript_fence
 from .methods.listing import ListingMethods
 from .methods.maintenance import MaintenanceMethods
 from .methods.rows import RowMethods
 from .methods.search import SearchMethods
 from .methods.titles import TitleMethods
 from .methods.usage import UsageMethods
+from .tables import SESSION_EXTRA_COLUMNS, stored_value
 
 __all__ = ["SessionDB"]
 
 log = logging.getLogger("hermes_state")
+
+
+def _extra_columns(columns: dict[str, Any]) -> dict[str, Any]:
+    """``create_session``'s other session columns, checked (None values left out, as the column defaults).
+
+    Raises TypeError for an unknown name or a value of the wrong kind.
+    """
+    checked: dict[str, Any] = {}
+    for name, value in columns.items():
+        kind = SESSION_EXTRA_COLUMNS.get(name)
+        if kind is None:
+            raise TypeError(f"create_session() got an unexpected keyword argument {name!r}")
+        value = TitleMethods.sanitize_title(value) if name == "title" else stored_value(kind, value, name)
+        if value is not None:
+            checked[name] = value
+    return checked
 
 
 class CoreMethods(StoreBase):
@@ -54,8 +72,12 @@ class CoreMethods(StoreBase):
 
     # ------------------------------------------------------------------ sessions
 
-    def _upsert_command(self, session_id: Any, source: Any, fields: dict[str, Any]) -> UpsertSession:
+    def _upsert_command(
+        self, session_id: Any, source: Any, fields: dict[str, Any], columns: dict[str, Any] | None = None
+    ) -> UpsertSession:
         session_id = require_id(session_id)
+        extra = _extra_columns(columns or {})
+        started_at = extra.pop("started_at", None)
         if not isinstance(source, str):
             raise TypeError(f"source must be a str, not {type(source).__name__}")
         for name, value in fields.items():
@@ -73,10 +95,11 @@ class CoreMethods(StoreBase):
         return UpsertSession(
             session_id=session_id,
             source=source,
-            started_at=time.time(),
+            started_at=time.time() if started_at is None else started_at,
             model_config=config_json,
             system_prompt=prompt,
             system_prompt_hash=hashed_prompt(prompt),
+            columns=tuple(extra.items()),
             **fields,
         )
 
@@ -99,12 +122,18 @@ class CoreMethods(StoreBase):
         git_repo_root: str | None = None,
         origin_json: str | None = None,
         display_name: str | None = None,
+        **columns: Any,
     ) -> str:
         """Create the session, or fill the NULL fields of an existing one; returns ``session_id``.
 
         ``source``, ``user_id`` and ``started_at`` never change once set. A
         ``parent_session_id`` that does not exist raises
         :class:`~hermes_state.SessionNotFoundError` (an ``sqlite3.IntegrityError``).
+        Other session columns may be given as keywords (``title=``,
+        ``started_at=``, ``end_reason=``, token counts, ...: the names in
+        ``hermes_state.tables.SESSION_EXTRA_COLUMNS``), as async-hermes-agent's
+        PostgreSQL store took them: they are written only when this call
+        creates the row. Any other keyword raises ``TypeError``.
         """
         fields = dict(
             model=model, model_config=model_config, system_prompt=system_prompt, user_id=user_id,
@@ -112,7 +141,7 @@ class CoreMethods(StoreBase):
             parent_session_id=parent_session_id, cwd=cwd, profile_name=profile_name,
             git_repo_root=git_repo_root, origin_json=origin_json, display_name=display_name,
         )
-        command = self._upsert_command(session_id, source, fields)
+        command = self._upsert_command(session_id, source, fields, columns)
         return await self._write(command, patience=TRANSCRIPT_PATIENCE)
 
     async def ensure_session(
@@ -501,6 +530,17 @@ class CoreMethods(StoreBase):
     async def message_count(self, session_id: str | None = None) -> int:
         """Return how many rows the session has (inactive ones included), or the whole table's count."""
         return await self._query("message_count", session_id or None)
+
+    async def _get_message_storage_state(self, message_id: int) -> dict[str, Any] | None:
+        """Return ``{"session_id", "active", "compacted"}`` (flags as 0/1) of message ``message_id``, or None.
+
+        None also for a falsy id. Upstream's session-search tool reads it
+        (through ``getattr``) to tell compaction-archived rows (``active=0,
+        compacted=1``) from live and rewound ones.
+        """
+        if not message_id:
+            return None
+        return await self._query("message_storage_state", int64_arg(message_id, "message_id"))
 
 
 class SessionDB(

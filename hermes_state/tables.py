@@ -27,7 +27,9 @@ __all__ = [
     "STORE_META_PREFIX",
     "STORE_TABLES",
     "TABLE_KEYS",
+    "SESSION_EXTRA_COLUMNS",
     "column_kind",
+    "extra_column_names",
     "is_store_meta",
     "stored_value",
 ]
@@ -62,6 +64,41 @@ STORE_META_KEYS = frozenset(
 
 # Column kinds, from a column's declared type: what a value must be to be stored unchanged.
 INTEGER, REAL, TEXT, BLOB, CONTENT = "integer", "real", "text", "blob", "content"
+
+
+# The session columns ``create_session`` takes as keywords beyond its named ones, with their kinds
+# (async-hermes-agent's PostgreSQL store took them, e.g. ``title=``). Written only by the call that
+# creates the row. Not here: the key and source, the prompt hash (derived) and the counters the
+# store keeps in step with the rows (message_count, tool_call_count).
+SESSION_EXTRA_COLUMNS: dict[str, str] = {
+    **dict.fromkeys(
+        ("end_reason", "git_branch", "billing_provider", "billing_base_url", "billing_mode", "cost_status",
+         "cost_source", "pricing_version", "title", "title_source", "last_activity_description",
+         "last_activity_provenance", "handoff_state", "handoff_platform", "handoff_error",
+         "compression_failure_error", "conversation_id"),
+        TEXT,
+    ),
+    **dict.fromkeys(
+        ("started_at", "ended_at", "estimated_cost_usd", "actual_cost_usd", "last_activity_at",
+         "compression_failure_cooldown_until", "last_read_at"),
+        REAL,
+    ),
+    **dict.fromkeys(
+        ("expiry_finalized", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+         "reasoning_tokens", "api_call_count", "compression_fallback_streak", "compression_ineffective_count",
+         "rewind_count", "archived", "pinned", "hidden"),
+        INTEGER,
+    ),
+}
+
+
+def extra_column_names(columns: tuple[tuple[str, Any], ...]) -> list[str]:
+    """The names of an ``UpsertSession``'s other columns, each checked against the allow-list (SQL is built from them)."""
+    names = [name for name, _ in columns]
+    unknown = [name for name in names if name not in SESSION_EXTRA_COLUMNS]
+    if unknown:
+        raise ValueError(f"not a session column create_session may set: {', '.join(map(repr, unknown))}")
+    return names
 
 
 def is_store_meta(key: str) -> bool:

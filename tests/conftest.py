@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from blockbuster import BlockBuster
 
 from hermes_state import SessionDB
 
@@ -141,6 +142,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if not any(allowed in reason for allowed in ALLOWED_SKIP_REASONS):
         report.outcome = "failed"
         report.longrepr = f"skipped, but HERMES_FORBID_SKIPS=1 allows no skip for this reason: {reason}"
+
+
+@pytest.fixture(autouse=True)
+def no_blocking_calls() -> Iterator[None]:
+    """Fail any blocking call (file system, sleep, sync socket or sqlite3) that the store makes on an event loop.
+
+    BlockBuster is active for the whole test, fixtures included; it checks only
+    calls made on a thread that runs an event loop, and only those with a frame
+    of ``hermes_state`` on the stack: what a test itself does on the loop to set
+    things up is the test's business, what the store does there is not. The
+    ``hermes-state`` command owns its process and runs outside any loop.
+    """
+    blocker = BlockBuster(scanned_modules=["hermes_state"])
+    # The package imports its drivers and backends on first use (a short
+    # CLI start-up); an import reads files once per process, which BlockBuster
+    # itself already exempts for os.stat.
+    for function in blocker.functions.values():
+        function.can_block_in("<frozen importlib._bootstrap>", "_find_and_load")
+    blocker.activate()
+    try:
+        yield
+    finally:
+        blocker.deactivate()
 
 
 @pytest.fixture(autouse=True)

@@ -102,7 +102,7 @@ async def repair_files(found: dict[str, str | None]) -> None:
     await make_file(damaged)
     os.chmod(damaged, 0o644)  # a file from before this release: its copies must not inherit that
     smash_page(damaged, page_of(damaged, marker(200)))
-    report = repair_state_db_schema(damaged, backup=True)
+    report = await repair_state_db_schema(damaged, backup=True)
     assert report["ok"] and report["steps"][-1] == "salvage", report
     found["repair backup"] = mode(Path(report["backup"]))
     found["salvaged db"] = mode(damaged)
@@ -112,7 +112,7 @@ async def repair_files(found: dict[str, str | None]) -> None:
     await make_file(moved)
     os.chmod(moved, 0o644)
     smash_page(moved, page_of(moved, marker(200)))
-    report = repair_state_db_schema(moved, backup=False)
+    report = await repair_state_db_schema(moved, backup=False)
     assert report["ok"], report
     found["moved aside"] = mode(Path(report["backup"]))
 

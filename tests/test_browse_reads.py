@@ -74,6 +74,39 @@ async def test_listing_filters_pinned_and_start_time(store: SessionDB) -> None:
         await store.list_sessions_rich(pinned_only="yes")  # type: ignore[arg-type]
 
 
+async def test_list_and_count_by_model_tool_cost_and_sorted(store: SessionDB) -> None:
+    for name, model, cost, messages in (("a", "m1", 0.5, 1), ("b", "m2", 2.0, 3), ("c", "m1", 0.0, 2), ("d", "m2", 1.0, 0)):
+        await store.create_session(name, "cli", model=model)
+        for n in range(messages):
+            await store.append_message(name, "user", f"{name} {n}")
+        if cost:
+            await store.update_token_counts(name, input_tokens=10, model=model, estimated_cost_usd=cost)
+    await store.append_message("c", "tool", "listing", tool_name="terminal", tool_call_id="t1")
+    await store.append_message("a", "tool", "read", tool_name="read_file", tool_call_id="t2")
+
+    async def ids(**kwargs: Any) -> list[str]:
+        return [r["id"] for r in await store.list_sessions_rich(**kwargs)]
+
+    assert await ids() == ["d", "c", "b", "a"]
+    assert await ids(model="m1") == ["c", "a"]
+    assert await ids(tool_name="terminal") == ["c"]
+    assert await ids(min_cost=1.0) == ["d", "b"]
+    assert await ids(sort="cost") == ["b", "d", "a", "c"]
+    assert await ids(sort="messages") == ["c", "b", "a", "d"]  # c: two user rows and a tool row
+    assert await ids(sort="cost", model="m2", limit=1, offset=1) == ["d"]
+    assert await store.session_count(exclude_children=True, model="m2") == 2
+    assert await store.session_count(tool_name="read_file", min_cost=0.1) == 1
+    assert await store.session_count(tool_name="nothing") == 0
+    await store.set_session_hidden("a", True)
+    assert await store.session_count(include_hidden=False) == 3 and await store.session_count() == 4
+    with pytest.raises(ValueError, match="sort"):
+        await store.list_sessions_rich(sort="price")
+    with pytest.raises(ValueError, match="min_cost"):
+        await store.session_count(min_cost=math.inf)
+    with pytest.raises(TypeError, match="model"):
+        await store.list_sessions_rich(model=3)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------- children
 
 

@@ -106,7 +106,7 @@ async def test_damaged_page_stops_writes_and_repair_salvages_the_rest(db_path: P
         await db.close()
     before = digest(db_path)
 
-    report = repair_state_db_schema(db_path)
+    report = await repair_state_db_schema(db_path)
     assert report["ok"], report
     assert report["steps"][-1] == "salvage"
     backup = Path(report["backup"])
@@ -166,7 +166,7 @@ async def test_file_cut_in_half_is_refused_and_repair_reports_what_survived(db_p
     finally:
         await db.close()
 
-    report = repair_state_db_schema(db_path)
+    report = await repair_state_db_schema(db_path)
     assert report["ok"], report
     recovered = report["recovered"]["messages"]
     assert 0 < recovered < ROWS + 1
@@ -205,7 +205,7 @@ async def test_lost_session_row_keeps_its_messages_under_a_placeholder(db_path: 
     # Damage the sessions-table page (the id's other copy lives in its index page).
     smash_page(db_path, root_page_of(db_path, "sessions"))
 
-    report = repair_state_db_schema(db_path, backup=False)
+    report = await repair_state_db_schema(db_path, backup=False)
     assert report["ok"], report
     assert report["placeholder_sessions"] == 1 and report["recovered"]["messages"] == 5
     assert report["backup"] and Path(report["backup"]).exists()  # the damaged file is kept anyway
@@ -244,7 +244,7 @@ async def test_file_cut_to_its_first_pages_fails_at_open_and_is_left_as_it_is(db
         await db.close()
     assert digest(db_path) == before
 
-    report = repair_state_db_schema(db_path)
+    report = await repair_state_db_schema(db_path)
     assert not report["ok"]
     assert report["steps"][-1].startswith("salvage failed: no transcript table")
     assert digest(Path(report["backup"])) == before and digest(db_path) == before

@@ -790,7 +790,7 @@ async def test_bad_input_is_rejected_before_anything_is_queued(store: SessionDB)
 
     # A read-only store on the same database refuses every write before queueing it.
     ro = open_store(store_target(store), read_only=True)
-    # Each backend's documented refusal (an intended difference, listed in the README).
+    # Each backend's documented refusal (an intended difference, listed in docs/postgres.md).
     refusal, match = READ_ONLY_REFUSALS["postgres" if is_postgres(store) else "sqlite"]
     try:
         for call in (

@@ -3,7 +3,7 @@
 A log dump of distinct words, a bigger one, and JSON-like tool output each
 round-trip exactly. Words from the first 256 KiB are found on both
 backends; SQLite indexes the whole message, PostgreSQL its first 256 KiB
-(the README says so), so a word near the end is found on SQLite only.
+(docs/postgres.md says so), so a word near the end is found on SQLite only.
 """
 
 from __future__ import annotations

@@ -253,7 +253,7 @@ def test_a_store_used_from_sync_code_gets_a_loop_that_stops_when_it_closes(db_pa
     history = HermesChatMessageHistory("chat", db)
     history.add_user_message("hi")
     [started] = [t for t in store_threads() if t not in before]
-    assert db.loop is not None and HermesChatMessageHistory("other", db).messages == []  # one loop per store
+    assert db.loop is not None and HermesChatMessageHistory("other", db).messages == []  # the same loop thread serves both
     assert [t for t in store_threads() if t not in before] == [started]
     # Closed through the loop itself (not close_store): the thread notices and stops.
     asyncio.run_coroutine_threadsafe(db.close(), db.loop).result(timeout=30)
@@ -324,3 +324,16 @@ async def test_the_sync_methods_in_a_plain_script(store: SessionDB, tmp_path, cl
         await reopened.close()
     if backend == "sqlite":  # closed at exit too: checkpointed, no -wal left behind
         assert not Path(f"{target}-wal").exists()
+
+
+async def test_sync_and_async_paths_mixed_on_one_store(store: SessionDB) -> None:
+    """Async calls on the test's loop, sync calls from worker threads, interleaved: every message lands in order."""
+    history = HermesChatMessageHistory("mixed", store)
+    await history.aadd_messages([HumanMessage("async 1")])
+    await asyncio.to_thread(history.add_user_message, "sync 1")  # the store moves to its own loop thread
+    await history.aadd_messages([AIMessage("async 2", id="a2")])  # handed to that thread from here
+    await asyncio.to_thread(history.add_messages, [HumanMessage("sync 2")])
+    assert [m.content for m in await asyncio.to_thread(lambda: history.messages)] == ["async 1", "sync 1", "async 2", "sync 2"]
+    assert [m.content for m in await history.aget_messages()] == ["async 1", "sync 1", "async 2", "sync 2"]
+    await asyncio.to_thread(history.clear)
+    assert await history.aget_messages() == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -332,3 +333,43 @@ async def test_runner_transcript_is_searchable(store: SessionDB) -> None:
     hits = await store.search_messages("breeze")
     assert [(h["session_id"], h["role"]) for h in hits] == [("trip", "tool")]
     assert (await store.search_messages("degrés"))[0]["session_id"] == "trip"
+
+
+def test_runner_run_sync_turns_on_new_loops_in_worker_threads(store: SessionDB) -> None:
+    """``Runner.run_sync`` runs each turn on a new event loop; here each turn in a worker thread, as hosts do."""
+    model = ScriptedModel([[say(f"answer {n}", f"msg_{n}")] for n in range(3)])
+    agent = Agent(name="assistant", instructions="Answer.", model=model)
+    session = HermesSession("sync-chat", store)
+    config = RunConfig(tracing_disabled=True)
+    outputs: list[str] = []
+    for n in range(3):
+        worker = threading.Thread(
+            target=lambda n=n: outputs.append(Runner.run_sync(agent, f"question {n}", session=session, run_config=config).final_output)
+        )
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "a turn hung"
+    assert outputs == ["answer 0", "answer 1", "answer 2"]
+    assert model.inputs[-1][-1] == {"content": "question 2", "role": "user"}
+    assert len(model.inputs[-1]) == 5  # the two earlier turns, read back from the store
+
+    async def stored() -> list[Any]:
+        return await session.get_items()
+
+    items = asyncio.run(stored())
+    assert [item.get("content") if "role" in item and item["role"] == "user" else item.get("type") for item in items] == [
+        "question 0", "message", "question 1", "message", "question 2", "message"
+    ]
+
+
+async def test_add_items_from_ten_threads_with_their_own_loops(store: SessionDB) -> None:
+    session = HermesSession("crowd", store)
+    await session.add_items([{"role": "user", "content": "start"}])  # the test's loop is the home, and keeps running
+
+    def add(n: int) -> None:
+        asyncio.run(session.add_items([{"role": "user", "content": f"t{n}-{i}"} for i in range(3)]))
+
+    await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(add, n) for n in range(10))), timeout=120)
+    got = await session.get_items()
+    assert len(got) == 31 and got[0]["content"] == "start"
+    assert sorted(item["content"] for item in got[1:]) == sorted(f"t{n}-{i}" for n in range(10) for i in range(3))

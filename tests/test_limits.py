@@ -40,7 +40,7 @@ async def test_odd_text_round_trips(store: SessionDB, text: str) -> None:
     assert rows[0]["tool_name"] == (text or None)
 
 
-@pytest.mark.backends("sqlite")  # NUL outside message content: refused on PostgreSQL (README differences)
+@pytest.mark.backends("sqlite")  # NUL outside message content: refused on PostgreSQL (docs/postgres.md differences)
 async def test_nul_text_round_trips_in_content_and_tool_name(store: SessionDB) -> None:
     await test_odd_text_round_trips(store, "\x00 NUL inside")
 
@@ -129,7 +129,7 @@ async def test_repair_rebuilds_a_damaged_fts_index(db_path) -> None:
     for i in range(50):
         await db.append_message("s", "user", f"deployment note number {i}")
     await db.close()
-    clean = repair_state_db_schema(db_path, backup=False)
+    clean = await repair_state_db_schema(db_path, backup=False)
     assert clean["ok"] and clean["steps"] == [] and clean["backup"] is None
 
     conn = driver_module().connect(str(db_path), isolation_level=None)
@@ -138,7 +138,7 @@ async def test_repair_rebuilds_a_damaged_fts_index(db_path) -> None:
         conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
     conn.close()
 
-    result = repair_state_db_schema(db_path)
+    result = await repair_state_db_schema(db_path)
     assert result["ok"], result
     assert result["steps"][0] == "fts_rebuild"
     assert result["backup"] and Path(result["backup"]).exists()

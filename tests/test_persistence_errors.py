@@ -24,6 +24,7 @@ from hermes_state import (
     SessionDB,
     SessionTurnLeaseLostError,
     classify_persistence_error,
+    is_disk_full_error,
 )
 from hermes_state.errors import LockTimeoutError
 from hermes_state.sqlite.driver import driver_module
@@ -76,6 +77,15 @@ def test_store_classes_come_first() -> None:
 )
 def test_message_checks(message: str, cause: str) -> None:
     assert classify_persistence_error(sqlite3.OperationalError(message)) == cause
+    # Upstream's classifiers also take the message on its own, as a string.
+    assert classify_persistence_error(message) == cause
+
+
+def test_message_strings_for_the_disk_check() -> None:
+    assert is_disk_full_error("database or disk is full")
+    assert is_disk_full_error("No space left on device")
+    assert not is_disk_full_error("database is locked")
+    assert not is_disk_full_error("")
 
 
 def test_full_disk_through_the_cause_chain() -> None:

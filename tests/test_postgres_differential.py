@@ -5,7 +5,7 @@ Every step runs the same call on both stores and asserts the same outcome
 the reads of every session in play must be identical. Values that cannot
 match by construction are normalised first, and only those:
 
-* message ids (an intended difference, listed in the README): SQLite reuses
+* message ids (an intended difference, listed in docs/postgres.md): SQLite reuses
   the highest id after the newest rows are deleted and PostgreSQL's identity
   sequence never does (and skips ids a rolled-back attempt drew), so ids are
   compared through their order (reads return rows by id) and an
@@ -277,7 +277,7 @@ def make_machine(admin: str, root: Path) -> type[RuleBasedStateMachine]:
         @precondition(lambda self: "search" in ENABLED_GROUPS)
         @rule(query=queries, sort=st.sampled_from((None, "newest", "oldest")))
         def search(self, query: str, sort: str | None) -> None:
-            # Intended differences (README): snippet windows, and the order of hits by
+            # Intended differences (docs/postgres.md): snippet windows, and the order of hits by
             # relevance (bm25 vs ts_rank; substring routes newest first); hits, their
             # fields and context must agree. (At most 1,000 hits: one rank window or two.)
             fields = [f for f in SEARCH_RESULT_FIELDS if f != "snippet"]

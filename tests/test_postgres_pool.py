@@ -12,6 +12,7 @@ import pytest
 from hermes_state.postgres.config import parse_postgres_config
 from hermes_state.postgres.dsn import endpoint
 from hermes_state.postgres.errors import is_disconnect
+from hermes_state.postgres.client_files import Connector
 from hermes_state.postgres.pool import ConnectionPool, PoolTimeoutError
 
 from .postgres_support import admin_connect
@@ -25,7 +26,8 @@ async def make_pool(pg_admin_dsn: str) -> AsyncIterator[Any]:
 
     async def make(**options: Any) -> ConnectionPool:
         config = parse_postgres_config(options)
-        pool = ConnectionPool(pg_admin_dsn, config, config.connect_kwargs(read_only=False), endpoint(pg_admin_dsn))
+        connector = Connector(pg_admin_dsn, config.connect_kwargs(read_only=False))
+        pool = ConnectionPool(connector, config, endpoint(pg_admin_dsn))
         await pool.open()
         pools.append(pool)
         return pool

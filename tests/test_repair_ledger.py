@@ -65,7 +65,7 @@ async def test_three_failures_then_refusal_until_the_file_changes(db_path: Path,
     os.chmod(db_path, 0o644)
     ledger_file = Path(f"{db_path}.repair-attempts.json")
 
-    first = repair_state_db_schema(db_path)
+    first = await repair_state_db_schema(db_path)
     assert not first["ok"] and first["failed_attempts"] == 1 and first["ledger"] == str(ledger_file)
     assert first["backup_reused"] is False
     assert mode(ledger_file) == 0o600 and mode(Path(first["backup"])) == 0o600
@@ -73,15 +73,15 @@ async def test_three_failures_then_refusal_until_the_file_changes(db_path: Path,
     stamp = db_path.stat()
     assert ledger(db_path)["fingerprint"] == f"{stamp.st_size}:{stamp.st_mtime_ns}"
 
-    second = repair_state_db_schema(db_path)
+    second = await repair_state_db_schema(db_path)
     assert second["failed_attempts"] == 2
     # The file did not change: its newest backup is reused, not copied again.
     assert second["backup_reused"] is True and second["backup"] == first["backup"]
     assert len(backups(db_path)) == 1
-    assert repair_state_db_schema(db_path)["failed_attempts"] == 3
+    assert (await repair_state_db_schema(db_path))["failed_attempts"] == 3
 
     before = (db_path.read_bytes(), backups(db_path), db_path.stat().st_mtime_ns)
-    refused = repair_state_db_schema(db_path)
+    refused = await repair_state_db_schema(db_path)
     assert refused["ok"] is False and refused["refused"] is True and refused["steps"] == []
     assert refused["failed_attempts"] == 3 and refused["backup"] is None
     assert "manual recovery is required" in refused["error"]
@@ -91,16 +91,16 @@ async def test_three_failures_then_refusal_until_the_file_changes(db_path: Path,
 
     # Another version of the file (here only a new mtime) starts the count again.
     os.utime(db_path, ns=(time.time_ns(), time.time_ns() + 5_000_000_000))
-    again = repair_state_db_schema(db_path)
+    again = await repair_state_db_schema(db_path)
     assert not again.get("refused") and again["failed_attempts"] == 1
     assert again["backup_reused"] is False and len(backups(db_path)) == 2
 
     # Deleting the ledger, as the message says, allows another attempt.
     for _ in range(2):
-        repair_state_db_schema(db_path)
-    assert repair_state_db_schema(db_path)["refused"] is True
+        await repair_state_db_schema(db_path)
+    assert (await repair_state_db_schema(db_path))["refused"] is True
     ledger_file.unlink()
-    assert repair_state_db_schema(db_path)["failed_attempts"] == 1
+    assert (await repair_state_db_schema(db_path))["failed_attempts"] == 1
 
 
 async def test_any_success_clears_the_ledger(db_path: Path, tmp_path: Path) -> None:
@@ -109,10 +109,10 @@ async def test_any_success_clears_the_ledger(db_path: Path, tmp_path: Path) -> N
     shutil.copyfile(db_path, healthy)
     cut_short(db_path)
     for _ in range(3):
-        repair_state_db_schema(db_path)
-    assert repair_state_db_schema(db_path)["refused"] is True
+        await repair_state_db_schema(db_path)
+    assert (await repair_state_db_schema(db_path))["refused"] is True
     shutil.copyfile(healthy, db_path)  # a restored file is another fingerprint
-    report = repair_state_db_schema(db_path)
+    report = await repair_state_db_schema(db_path)
     assert report["ok"] and report["integrity"] == "ok"  # already healthy counts as a success
     assert not Path(f"{db_path}.repair-attempts.json").exists()
     db = SessionDB(db_path)
@@ -133,7 +133,7 @@ async def test_backup_retention_keeps_the_newest_three_with_their_sidecars(db_pa
     foreign = db_path.parent / f"{db_path.name}.malformed-backup-notes.txt"
     foreign.write_text("not a backup")
 
-    report = repair_state_db_schema(db_path)
+    report = await repair_state_db_schema(db_path)
     new = Path(report["backup"])
     assert not report["backup_reused"]
     # Newest three by stamp, then collision number (-10 is newer than -2): the plain one goes.

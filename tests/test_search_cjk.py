@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from hermes_state import SessionDB
+from hermes_state.session_settings import bind_session_settings, reset_session_settings
 from hermes_state.sqlite.driver import driver_module
 from tests import test_search
 
@@ -160,15 +161,21 @@ async def test_library_in_hermes_home_lib_is_found(db_path: Path, cjk_lib: Path,
         await db.close()
 
 
-@pytest.mark.parametrize("how", ["env", "config"])
+@pytest.mark.parametrize("how", ["env", "config", "bound"])
 async def test_cjk_can_be_switched_off(db_path: Path, with_cjk: Path, hermes_home: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    token = None
     if how == "env":
         monkeypatch.setenv("HERMES_CJK_FTS", "off")
-    else:
+    elif how == "config":
         (hermes_home / "config.yaml").write_text("sessions:\n  cjk_fts: false\n")
+    else:  # a turn's per-profile setting wins over the process-wide switch
+        monkeypatch.setenv("HERMES_CJK_FTS", "on")
+        token = bind_session_settings({"cjk_fts": False})
     db = SessionDB(db_path)
     try:
         await db.create_session("s", "cli")
+        if token is not None:
+            reset_session_settings(token)
         await db.append_message("s", "user", "你好世界")
         assert objects(db_path) == set()
         assert len(await db.search_messages("世界")) == 1
@@ -251,3 +258,17 @@ async def test_anchor_file_gains_a_cjk_index(anchor_db: Path, with_cjk: Path, lo
         assert [(h["id"], h["snippet"]) for h in after] == [(h["id"], h["snippet"]) for h in before]
     finally:
         await db.close()
+
+
+async def test_public_coroutines_load_the_tokenizer_into_a_hosts_connection(with_cjk: Path, tmp_path: Path) -> None:
+    import hermes_state
+    from hermes_state.sqlite.driver import open_connection
+
+    assert await hermes_state.fts5_cjk_so_path() == with_cjk
+    conn = await open_connection(str(tmp_path / "host.db"))
+    try:
+        assert await hermes_state.load_fts5_cjk_extension(conn) is True
+        row = await (await conn.execute("SELECT fts5_cjk_version()")).fetchone()
+        assert row[0]
+    finally:
+        await conn.close()

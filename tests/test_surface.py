@@ -169,7 +169,10 @@ EXTENSIONS: dict[str, dict[str, Any]] = {
         for name in ("replace_messages", "rewind_to_message", "archive_and_compact", "publish_compression_child")
     },
     "get_messages": {"before_id": None},
-    "list_sessions_rich": {"started_after": None, "started_before": None, "pinned_only": False},
+    "list_sessions_rich": {"started_after": None, "started_before": None, "pinned_only": False, "model": None,
+                           "tool_name": None, "min_cost": None, "sort": None},
+    "session_count": {"include_hidden": True, "pinned_only": False, "started_after": None, "started_before": None,
+                      "model": None, "tool_name": None, "min_cost": None},
 }
 
 # Method groups written by other issues; their names may be missing until those land.

@@ -38,6 +38,7 @@ def worker(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen(
         [*prefix, sys.executable, "-m", "tests.lease_worker", *args],
+        stdin=subprocess.PIPE if args[0] == "waits" else None,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
     )
 
@@ -161,3 +162,74 @@ async def test_a_killed_holder_on_another_host_is_taken_over_after_its_ttl(targe
         if proc.poll() is None:
             proc.kill()
     assert await contents(target, "s") == ["remote:start", "successor:start"]
+
+
+async def test_a_release_wakes_a_waiter_in_another_process_at_once(target: str) -> None:
+    """No poll: the waiter polls every 20 s, so only a wake-up (NOTIFY, or the SQLite store's sockets) is quick."""
+    await seed(target)
+    rounds = 3
+    proc = worker("waits", target, "s", "child", str(rounds))
+    db = open_store(target)
+    try:
+        for _ in range(rounds):
+            assert await db.try_acquire_session_turn_lease("s", "parent")
+            await asyncio.to_thread(_send, proc, "go")
+            assert await asyncio.to_thread(line_of, proc) == "waiting"
+            await asyncio.sleep(0.2)
+            await db.release_session_turn_lease("s", "parent")
+            released = time.time()
+            held = float(await asyncio.to_thread(line_of, proc))
+            assert held - released < 2.0
+            await asyncio.sleep(0.1)
+            assert await db.acquire_session_turn_lease("s", "parent", wait_seconds=10, poll_interval_seconds=0.05)
+            await db.release_session_turn_lease("s", "parent")
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        if not target.startswith("postgresql"):
+            wake = Path(target + "-wake")
+            assert not wake.exists() or (wake.stat().st_mode & 0o777) == 0o700
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        await db.close()
+
+
+def _send(proc: subprocess.Popen[str], line: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+def self_handoffs(holders: list[str]) -> dict[str, float]:
+    """Per worker: the share of its releases whose next turn went back to it, while another worker still had turns."""
+    last_turn = {who: k for k, who in enumerate(holders)}
+    counted: dict[str, list[int]] = {}
+    for k in range(len(holders) - 1):
+        who = holders[k]
+        if any(last > k for other, last in last_turn.items() if other != who):  # somebody else still waited
+            counted.setdefault(who, []).append(holders[k + 1] == who)
+    return {who: sum(flags) / len(flags) for who, flags in counted.items()}
+
+
+@pytest.mark.slow
+async def test_turns_go_to_waiters_in_the_order_they_began_waiting(target: str) -> None:
+    """Four processes loop over 10 ms turns: a releasing process re-queues behind the others instead of winning again."""
+    await seed(target)
+    go = Path(target + ".go") if not target.startswith("postgresql") else Path(os.environ["HERMES_HOME"]) / "go-fair"
+    turns = 12
+    procs = [worker("fair", target, "s", f"w{k}", f"{turns}:{go}") for k in range(4)]
+    try:
+        for proc in procs:
+            assert await asyncio.to_thread(line_of, proc, 120) == "ready"
+        go.touch()
+        reports = [json.loads(await asyncio.to_thread(line_of, proc, 120)) for proc in procs]
+        for proc in procs:
+            assert await asyncio.to_thread(proc.wait, 60) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    holders = [text.split(":")[0] for text in await contents(target, "s")]
+    assert len(holders) == 4 * turns
+    shares = self_handoffs(holders)
+    assert max(shares.values()) <= 0.25, (shares, holders)
+    assert all(r["longest_wait"] < 10.0 for r in reports)

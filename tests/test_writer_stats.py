@@ -13,7 +13,7 @@ from hermes_state.errors import SessionNotFoundError
 KEYS = {
     "batches", "commands", "commands_per_batch", "running", "queue_depth", "batches_applied", "commands_applied", "commands_per_batch_mean", "commands_per_batch_max",
     "commit_latency_p50_ms", "commit_latency_p99_ms", "latency_window", "failed_commands", "retried_batches",
-    "reconnects",
+    "reconnects", "read_routing",
 }
 
 
@@ -21,6 +21,7 @@ async def test_counts_batches_commands_failures_and_latency(store: Any) -> None:
     fresh = await store.writer_stats()
     assert set(fresh) == KEYS
     assert (fresh["batches_applied"], fresh["commit_latency_p50_ms"], fresh["reconnects"]) == (0, None, 0)
+    assert fresh["read_routing"] is None  # no read replicas
     await store.create_session("s", "cli")
     await asyncio.gather(*(store.append_message("s", "user", f"m{i}") for i in range(40)))
     with pytest.raises(SessionNotFoundError):

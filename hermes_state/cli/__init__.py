@@ -25,7 +25,7 @@ __all__ = ["main", "entry", "build_parser", "COMMAND_MODULES"]
 DB_HELP = "database: a file path (default $HERMES_HOME/state.db) or a postgresql://user@host/db URL"
 
 # The modules of this package that define commands, in the order of --help. Each has
-# add_parser(add) or add_parsers(add) and must stay light to import (see README: "The command").
+# add_parser(add) or add_parsers(add) and must stay light to import (see docs/layout.md).
 COMMAND_MODULES = ("quickstart", "inspect", "sessions", "search", "transfer", "copy", "verify", "serve")
 
 

@@ -205,9 +205,9 @@ def _file_repair(target: Target) -> dict[str, Any]:
     assert target.path is not None
     if not os.access(target.path.parent, os.W_OK):
         raise CliError(f"doctor --repair needs write access to {target.path.parent} for the backup")
-    from ..sqlite.safety import repair_state_db_schema
+    from ..sqlite.safety import repair_database
 
-    return repair_state_db_schema(Path(target.path), backup=True)
+    return repair_database(Path(target.path), backup=True)
 
 
 def _needs_repair(checks: list[dict[str, str]]) -> bool:

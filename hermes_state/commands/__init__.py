@@ -13,7 +13,7 @@ import pkgutil
 from typing import Any, Union
 
 from .base import Command
-from .leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, TurnFence
+from .leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, TurnFence, WithdrawTurnTicket
 from .messages import AppendMessages, MessageRow, PopMessage, ReplaceMessages
 from .meta import SetMeta
 from .sessions import (
@@ -50,6 +50,7 @@ __all__ = [
     "RefreshTurnLease",
     "ReleaseTurnLease",
     "TurnFence",
+    "WithdrawTurnTicket",
     "AppendMessages",
     "MessageRow",
     "PopMessage",

@@ -37,7 +37,16 @@ class AcquireTurnLease(Command, frozen=True):
     start time) is gone, is taken over. Held already by ``holder`` from this
     same process: True without extending, unless ``exclusive`` (then it
     counts as held by another turn). ``host``/``pid``/``started`` identify
-    the acquiring process. Resolves to ``(acquired, token, conversation_id)``.
+    the acquiring process.
+
+    Waiters queue: a free lease goes to the live waiter with the lowest
+    ticket, so an acquire with ``ticket`` None succeeds only when nobody
+    waits, and one with a ``ticket`` only when no live ticket is lower. With
+    ``queue``, an acquire that does not succeed keeps (or, when its ticket
+    is gone, draws) a ticket, valid for ``queue_ttl_seconds``; a granted
+    acquire drops its ticket. Resolves to ``(acquired, token,
+    conversation_id, fresh, ticket)``: ``fresh`` True when this acquire took
+    the lease (not a re-entrant True), ``ticket`` the caller's ticket now.
     """
 
     session_id: str
@@ -47,6 +56,15 @@ class AcquireTurnLease(Command, frozen=True):
     pid: int
     started: int | None
     exclusive: bool = False
+    ticket: int | None = None
+    queue: bool = False
+    queue_ttl_seconds: float = 15.0
+
+
+class WithdrawTurnTicket(Command, frozen=True):
+    """Leave the queue of a turn lease: delete waiter ``ticket``. Resolves to ``(withdrawn, conversation_id)``."""
+
+    ticket: int
 
 
 class RefreshTurnLease(Command, frozen=True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import Command
 
 
@@ -30,6 +32,8 @@ class UpsertSession(Command, frozen=True):
     git_repo_root: str | None = None
     origin_json: str | None = None
     display_name: str | None = None
+    # Other session columns (``tables.SESSION_EXTRA_COLUMNS``) as (name, value) pairs, set only on a new row.
+    columns: tuple[tuple[str, Any], ...] = ()
 
 
 class ReopenSession(Command, frozen=True):

@@ -3,9 +3,9 @@
 ``HermesChatMessageHistory`` is a ``BaseChatMessageHistory``: the async
 methods (``aget_messages``, ``aadd_messages``, ``aclear``) go straight to the
 store; the sync ones (``messages``, ``add_messages``, ``clear``) run the same
-coroutines on the store's event loop in another thread, which plain
-synchronous code does not need to provide (the store then gets a background
-loop of its own until it is closed). Each message is one
+coroutines on the store's own loop thread (or ``loop=``), which plain
+synchronous code does not need to provide and which stops when the store
+closes. Each message is one
 row: readable text in ``content``, OpenAI-shaped ``tool_calls`` and
 ``tool_call_id``, and the whole message (ids, metadata, tool calls) under
 ``display_metadata`` so it reads back equal.
@@ -52,10 +52,9 @@ class HermesChatMessageHistory(BaseChatMessageHistory):
     """A LangChain chat history kept in a hermes-state ``SessionDB`` session.
 
     The store is borrowed and never closed here. The synchronous methods run
-    the coroutines on the store's event loop in another thread: the loop the
-    store is bound to, else ``loop`` if given (e.g. a
-    :class:`~hermes_state.integrations.loop_thread.LoopThread`), else, from
-    plain synchronous code, a background loop thread of the store's own
+    the coroutines on an event loop in another thread: ``loop`` if given (e.g.
+    a :class:`~hermes_state.integrations.loop_thread.LoopThread`), else the
+    store's own loop thread
     (:func:`~hermes_state.integrations.loop_thread.store_loop`), which stops
     when the store is closed
     (:func:`~hermes_state.integrations.loop_thread.close_store` closes it
@@ -133,9 +132,10 @@ class HermesChatMessageHistory(BaseChatMessageHistory):
                 f"HermesChatMessageHistory.{name} is synchronous and was called on {where}, which it would "
                 f"block (a deadlock); use `await history.{async_name}(...)` there"
             )
-        if loop is None:  # plain synchronous code: the store gets a background loop of its own
-            loop = store_loop(db)
-        return run_on_loop(loop, coro)
+        # The host's loop thread if it gave one; else the store's own loop thread,
+        # which never stops under a call (a host loop elsewhere might).
+        target = self._loop if self._loop is not None and self._loop.is_running() else store_loop(db)
+        return run_on_loop(target, coro)
 
 
 _ROLES: tuple[tuple[type[BaseMessage], str], ...] = (

@@ -29,7 +29,7 @@ from ..facade import StoreBase, opt_number, opt_text, require_id, rows_size
 from ..limits import finite_arg, int64_arg, json_text
 from ..previews import parse_model_config
 from ..rules import RESET_REASONS
-from .leases import transcript_fence
+from ..turn_fence import transcript_fence
 
 __all__ = ["CompressionMethods", "child_relation"]
 

@@ -73,13 +73,17 @@ class HealthMethods(StoreBase):
 
         ``commands`` committed in ``batches`` group commits, ``commands_per_batch``
         their ratio rounded (0.0 before the first commit), ``running`` whether
-        the writer task is up (never on a read-only store); ``queue_depth``
+        the writer accepts writes (its task runs only while writes are queued;
+        never on a read-only store); ``queue_depth``
         (commands waiting), ``commands_per_batch_mean`` / ``_max``,
         ``commit_latency_p50_ms`` / ``commit_latency_p99_ms`` over the last 1024
         batches (None before the first) with ``latency_window`` their count,
         ``failed_commands`` (callers that got an error), ``retried_batches``
         (re-applied after a lost connection proved them not committed) and
-        ``reconnects`` (writer connections replaced; always 0 on SQLite). The
+        ``reconnects`` (writer connections replaced; always 0 on SQLite) and
+        ``read_routing`` (PostgreSQL with ``read_replicas``: reads per route,
+        waits for a replica to replay this store's writes, replicas skipped as
+        lagging or down, and each replica's last known lag; None otherwise). The
         actor logs the same counters at DEBUG on ``hermes_state.actor`` at most
         once a minute.
         """
@@ -92,4 +96,6 @@ class HealthMethods(StoreBase):
             "running": self._actor.running,
             **stats,
             "reconnects": int(getattr(self._backend, "reconnects", 0)),
+            # PostgreSQL with read replicas: reads per route and each replica's lag (else None).
+            "read_routing": getattr(self._backend, "read_routing", lambda: None)(),
         }

@@ -20,61 +20,31 @@ Upstream's four methods keep their contracts (``try_acquire_`` /
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import inspect
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Coroutine
+from typing import Any, NamedTuple
 
-from ..commands.leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, TurnFence
-from ..errors import OperationalError, classify_persistence_error
+from ..commands.leases import AcquireTurnLease, RefreshTurnLease, ReleaseTurnLease, WithdrawTurnTicket
+from ..errors import OperationalError, StoreClosedError, classify_persistence_error
 from ..facade import DEFAULT_PATIENCE, StoreBase
-from ..lease_host import process_identity
-from ..lease_wakeups import notify_release, release_waiter
+from ..lease_host import own_process
+from ..lease_wakeups import notify_release, release_waiter, wake_key
 from ..limits import finite_arg
-from ..rules import turn_lease_takeover
-
-if TYPE_CHECKING:
-    from ..session_turn import SessionTurn
+from ..session_turn import SessionTurn
+from ..turn_fence import MAX_HOLDER_LENGTH, active_fence, holder_arg, session_arg, transcript_fence, ttl_arg
+from ..turn_wait import aborted, could_acquire, notify_wait, sleep_until
 
 __all__ = ["MAX_HOLDER_LENGTH", "TurnLeaseMethods", "active_fence", "holder_arg", "transcript_fence", "ttl_arg"]
 
 log = logging.getLogger("hermes_state")
 
-MAX_HOLDER_LENGTH = 1024
-# The shortest lease upstream grants (a TTL of 0 is a 0.1 s lease).
-MIN_TTL_SECONDS = 0.1
-# How often a waiter with a ``should_abort`` callback asks it while it sleeps.
-ABORT_CHECK_SECONDS = 0.05
-
-# The fence of the session_turn whose method is running (set only around that call).
-_ACTIVE_FENCE: contextvars.ContextVar[TurnFence | None] = contextvars.ContextVar("hermes_turn_fence", default=None)
-
-
-def active_fence() -> contextvars.ContextVar[TurnFence | None]:
-    """The context variable a :class:`~hermes_state.session_turn.SessionTurn` sets around its writes."""
-    return _ACTIVE_FENCE
-
-
-def holder_arg(value: Any, name: str = "holder") -> str | None:
-    """A lease holder: None for None or "" (upstream answers those with False), else a str of at most 1,024 characters."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if len(value) > MAX_HOLDER_LENGTH:
-        raise ValueError(f"{name} must be at most {MAX_HOLDER_LENGTH} characters, got {len(value)}")
-    if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL characters")
-    return value
-
-
-def ttl_arg(value: Any, name: str = "ttl_seconds") -> float:
-    """A finite, non-negative number of seconds, raised to upstream's floor of 0.1 s."""
-    seconds = finite_arg(value, name)
-    if seconds < 0:
-        raise ValueError(f"{name} must not be negative, got {value!r}")
-    return max(MIN_TTL_SECONDS, seconds)
+# A release that fails (a dropped connection, a locked file past its patience) is tried this
+# many times, with these pauses between, before its error reaches the caller.
+RELEASE_ATTEMPTS = 3
+RELEASE_PAUSES = (0.05, 0.25)
+# A waiter's place in the queue lasts this long unless renewed; a waiting caller renews it a
+# third of the way, so a waiter that stalls or dies (on another host) holds the queue up that long at most.
+WAITER_TTL_SECONDS = 15.0
 
 
 def _seconds_arg(value: Any, name: str) -> float:
@@ -86,35 +56,6 @@ def _callable_arg(value: Any, name: str) -> Callable[..., Any] | None:
     if value is not None and not callable(value):
         raise TypeError(f"{name} must be callable or None, not {type(value).__name__}")
     return value
-
-
-def _session_arg(value: Any) -> str | None:
-    """A session id, None when empty (upstream answers an empty id with False)."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"session_id must be a str, not {type(value).__name__}")
-    if "\x00" in value:
-        raise ValueError("session_id must not contain NUL characters")
-    return value
-
-
-def transcript_fence(turn_lease_holder: Any, turn_lease_ttl_seconds: Any) -> TurnFence | None:
-    """The fence of one transcript write: its ``turn_lease_holder``, or the :meth:`session_turn` it runs in.
-
-    An empty holder means no fence (upstream's contract). Naming another
-    holder than the session turn's own is a ``ValueError``.
-    """
-    active = _ACTIVE_FENCE.get()
-    holder = holder_arg(turn_lease_holder, "turn_lease_holder")
-    ttl = ttl_arg(turn_lease_ttl_seconds, "turn_lease_ttl_seconds")
-    if holder is None:
-        return active
-    if active is not None:
-        if active.holder != holder:
-            raise ValueError("turn_lease_holder differs from the holder of the session_turn this write runs in")
-        return active
-    return TurnFence(holder=holder, ttl_seconds=ttl)
 
 
 class Acquired(NamedTuple):
@@ -141,12 +82,12 @@ class TurnLeaseMethods(StoreBase):
         holder returns False. ``patience_s`` bounds the wait for another
         process's write lock (default 20 s), then the locked error is raised.
         """
-        sid, who = _session_arg(session_id), holder_arg(holder)
+        sid, who = session_arg(session_id), holder_arg(holder)
         ttl = ttl_arg(ttl_seconds)
         patience = DEFAULT_PATIENCE if patience_s is None else _seconds_arg(patience_s, "patience_s")
         if sid is None or who is None:
             return False
-        granted = await self._acquire_turn(sid, who, ttl, patience, exclusive=False)
+        granted, _ = await self._acquire_turn(sid, who, ttl, patience, exclusive=False)
         return granted is not None
 
     async def acquire_session_turn_lease(
@@ -174,7 +115,7 @@ class TurnLeaseMethods(StoreBase):
         also from another process); ``poll_interval_seconds`` is how often it
         looks otherwise (expiry, other hosts). ``wait_seconds=0`` makes one attempt.
         """
-        sid, who = _session_arg(session_id), holder_arg(holder)
+        sid, who = session_arg(session_id), holder_arg(holder)
         options = self._wait_options(
             ttl_seconds, wait_seconds, poll_interval_seconds, on_wait, wait_notice_interval_seconds, should_abort
         )
@@ -189,7 +130,7 @@ class TurnLeaseMethods(StoreBase):
         A lease that expired but was not taken over yet is revived. Empty
         arguments return False.
         """
-        sid, who = _session_arg(session_id), holder_arg(holder)
+        sid, who = session_arg(session_id), holder_arg(holder)
         ttl = ttl_arg(ttl_seconds)
         if sid is None or who is None:
             return False
@@ -200,7 +141,7 @@ class TurnLeaseMethods(StoreBase):
 
         Waiters of the conversation wake at once. Empty arguments do nothing.
         """
-        sid, who = _session_arg(session_id), holder_arg(holder)
+        sid, who = session_arg(session_id), holder_arg(holder)
         if sid is None or who is None:
             return
         await self._release_turn(sid, who, None)
@@ -232,9 +173,7 @@ class TurnLeaseMethods(StoreBase):
         own transaction and raises :class:`~hermes_state.SessionTurnLeaseLostError`
         once the lease was lost. Entering with an unknown session raises ``ValueError``.
         """
-        from ..session_turn import SessionTurn
-
-        sid, who = _session_arg(session_id), holder_arg(holder)
+        sid, who = session_arg(session_id), holder_arg(holder)
         if sid is None:
             raise ValueError("session_id must be a non-empty string")
         if who is None:
@@ -278,22 +217,103 @@ class TurnLeaseMethods(StoreBase):
         return str(self._backend.lease_identity())  # type: ignore[attr-defined]
 
     async def _acquire_turn(
-        self, session_id: str, holder: str, ttl: float, patience: float, *, exclusive: bool
-    ) -> Acquired | None:
-        """One acquire transaction; the grant, or None when somebody else holds the lease."""
-        host, pid, started = process_identity()
+        self, session_id: str, holder: str, ttl: float, patience: float, *, exclusive: bool,
+        ticket: int | None = None, queue: bool = False,
+    ) -> tuple[Acquired | None, int | None]:
+        """One acquire transaction; the grant (None when it is somebody else's turn) and the caller's ticket.
+
+        With ``queue`` a caller that does not get the lease keeps its place
+        in the queue (``ticket``), or joins it. Cancellation-safe: the
+        transaction is shielded, and a caller cancelled while it is queued,
+        running or just committed gets its ``CancelledError`` only after a
+        lease it took was released again (by holder and token, so nobody
+        else's) and a ticket it drew was withdrawn. A lease the holder
+        already had before the call (a re-entrant acquire) is left alone.
+        """
+        host, pid, started = await own_process()
         command = AcquireTurnLease(
             session_id=session_id, holder=holder, ttl_seconds=ttl, host=host, pid=pid, started=started,
-            exclusive=exclusive,
+            exclusive=exclusive, ticket=ticket, queue=queue, queue_ttl_seconds=WAITER_TTL_SECONDS,
         )
-        acquired, token, conversation = await self._write(command, patience=patience)
-        return Acquired(token, conversation, 0.0) if acquired else None
+        write = asyncio.ensure_future(self._write(command, patience=patience))
+        try:
+            acquired, token, conversation, _fresh, ticket = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await self._settle(self._undo_acquire(write, session_id, holder))
+            raise
+        return (Acquired(token, conversation, 0.0) if acquired else None), ticket
+
+    async def _undo_acquire(self, write: asyncio.Future[Any], session_id: str, holder: str) -> None:
+        """Release what the acquire ``write`` took (or leave the queue it joined) for a cancelled caller."""
+        try:
+            acquired, token, _conversation, fresh, ticket = await write
+        except Exception:  # it failed: it took nothing
+            return
+        if acquired and fresh:
+            await self._release_turn(session_id, holder, token)
+        elif ticket is not None:
+            await self._withdraw_ticket(ticket)
+
+    async def _withdraw_ticket(self, ticket: int) -> None:
+        """Leave the queue; the waiter now first (if the lease is free) is woken.
+
+        A failure is logged, not raised: the ticket expires by itself within
+        ``WAITER_TTL_SECONDS`` (at once for waiters of this host once this process is gone).
+        """
+        try:
+            withdrawn, conversation = await self._write(
+                WithdrawTurnTicket(ticket=ticket), during_close=self._closed and self._opened
+            )
+        except Exception as exc:
+            log.warning("could not leave the turn-lease queue (ticket %s): %s; it expires by itself", ticket, exc)
+            return
+        if withdrawn:
+            await self._announce_release(conversation)
+
+    async def _settle(self, cleanup: Coroutine[Any, Any, None]) -> None:
+        """Run ``cleanup`` to its end even if the caller is cancelled (again); ``close()`` waits for it."""
+        task = asyncio.get_running_loop().create_task(cleanup, name="hermes-turn-cleanup")
+        pending = self.__dict__.setdefault("_turn_cleanups", set())
+        pending.add(task)
+        task.add_done_callback(_cleanup_done(pending))
+        await asyncio.shield(task)
+
+    async def _before_close(self) -> None:
+        pending = self.__dict__.get("_turn_cleanups")
+        if pending:
+            await asyncio.gather(*list(pending), return_exceptions=True)
+        await super()._before_close()
 
     async def _release_turn(self, session_id: str, holder: str, token: int | None) -> bool:
-        released, conversation = await self._write(ReleaseTurnLease(session_id=session_id, holder=holder, token=token))
-        if released:
-            notify_release(self._lease_database(), conversation)
+        """Drop the lease of ``holder`` (and ``token``); returns whether it was held. Wakes the waiters.
+
+        Tried up to ``RELEASE_ATTEMPTS`` times; the last failure is raised.
+        Runs also while the store closes (for cleanups started before).
+        """
+        command = ReleaseTurnLease(session_id=session_id, holder=holder, token=token)
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                released, conversation = await self._write(command, during_close=self._closed and self._opened)
+                break
+            except StoreClosedError:
+                raise
+            except Exception as exc:
+                if attempt + 1 == RELEASE_ATTEMPTS:
+                    raise
+                log.warning("releasing the turn lease of %s failed (%s); trying again", session_id, exc)
+                await asyncio.sleep(RELEASE_PAUSES[attempt])
+        # After a failed attempt the release may have committed already: wake the waiters anyway.
+        if released or attempt:
+            await self._announce_release(conversation)
         return bool(released)
+
+    async def _announce_release(self, conversation_id: str) -> None:
+        """Wake the conversation's waiters in this process, and on SQLite those of other processes."""
+        key = wake_key(conversation_id)
+        notify_release(self._lease_database(), key)
+        announce = getattr(self._backend, "announce_lease_release", None)
+        if announce is not None:
+            await announce(key)
 
     async def _wait_for_turn(
         self,
@@ -312,87 +332,66 @@ class TurnLeaseMethods(StoreBase):
         """Acquire, waiting as :meth:`acquire_session_turn_lease` describes; None on timeout or abort.
 
         Each round first reads the lease row (no write transaction) and only
-        tries to acquire when that could succeed; the waiter is registered for
-        release wake-ups before its first look, so no release is missed.
+        tries to acquire when that could succeed. The first read names the
+        conversation to register for wake-ups; a row it found held is read
+        again once registered, so a release between the two is never missed.
         """
         await self._ensure_open()
         watch = getattr(self._backend, "watch_lease_releases", None)
         if watch is not None:
-            await watch()
+            await self._at_home(watch)  # its connection lives on the store's home loop
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + wait_seconds
         last_notice: float | None = None
         first = True  # granted at the first look: the caller did not wait
-        state = await self._query("turn_lease_state", session_id)
-        with release_waiter(self._lease_database(), state["conversation_id"]) as released:
-            while True:
-                if _aborted(should_abort):
-                    return None
-                if _could_acquire(state, holder, exclusive):
-                    try:
-                        granted = await self._acquire_turn(session_id, holder, ttl, patience, exclusive=exclusive)
-                    except OperationalError as exc:
-                        if classify_persistence_error(exc) != "locked":
-                            raise
-                        granted = None  # another process kept the file locked past the patience: look again
-                    if granted is not None:
-                        return granted._replace(waited=0.0 if first else loop.time() - started)
-                first = False
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    return None
-                elapsed = loop.time() - started
-                if on_wait is not None and (last_notice is None or notice <= 0 or elapsed - last_notice >= notice):
-                    last_notice = elapsed
-                    await _notify_wait(on_wait, elapsed)
-                await _sleep_until(released, min(poll, max(0.0, deadline - loop.time())), should_abort)
-                state = await self._query("turn_lease_state", session_id)
-
-
-def _could_acquire(state: dict[str, Any], holder: str, exclusive: bool) -> bool:
-    """Whether the lease row read by ``turn_lease_state`` would let ``holder`` acquire now."""
-    if state["holder"] is None:
-        return True
-    verdict = turn_lease_takeover(
-        holder, exclusive, state["holder"], state["expires_at"], state["holder_host"], state["holder_pid"],
-        state["holder_started"], state["now"],
-    )
-    return verdict != "busy"
-
-
-def _aborted(should_abort: Callable[[], bool] | None) -> bool:
-    if should_abort is None:
-        return False
-    try:
-        return bool(should_abort())
-    except Exception:
-        log.debug("should_abort raised; not aborting", exc_info=True)
-        return False
-
-
-async def _notify_wait(on_wait: Callable[..., Any], elapsed: float) -> None:
-    try:
-        result = on_wait(elapsed)
-        if inspect.isawaitable(result):
-            await result
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.debug("on_wait raised; ignored", exc_info=True)
-
-
-async def _sleep_until(released: asyncio.Event, timeout: float, should_abort: Callable[[], bool] | None) -> None:
-    """Sleep until ``released`` is set, ``timeout`` passes or ``should_abort`` says so."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not released.is_set():
-        left = end - loop.time()
-        if left <= 0 or _aborted(should_abort):
-            return
-        step = left if should_abort is None else min(left, ABORT_CHECK_SECONDS)
+        ticket: int | None = None  # our place in the conversation's queue, once we joined it
+        renew_at = 0.0
         try:
-            await asyncio.wait_for(released.wait(), step)
-        except asyncio.TimeoutError:
-            pass
-    released.clear()
+            state = await self._query("turn_lease_state", session_id)
+            with release_waiter(self._lease_database(), state["conversation_id"]) as released:
+                if not await could_acquire(state, holder, exclusive):
+                    state = await self._query("turn_lease_state", session_id)  # the look after registering
+                while True:
+                    if aborted(should_abort):
+                        return None
+                    # Write when the lease could be ours, to join the queue, or to renew our place in it.
+                    joining = ticket is None and wait_seconds > 0
+                    if await could_acquire(state, holder, exclusive) or joining or (ticket is not None and loop.time() >= renew_at):
+                        try:
+                            granted, ticket = await self._acquire_turn(
+                                session_id, holder, ttl, patience, exclusive=exclusive, ticket=ticket,
+                                queue=wait_seconds > 0,
+                            )
+                        except OperationalError as exc:
+                            if classify_persistence_error(exc) != "locked":
+                                raise
+                            granted = None  # another process kept the file locked past the patience: look again
+                        if granted is not None:
+                            return granted._replace(waited=0.0 if first else loop.time() - started)
+                        renew_at = loop.time() + WAITER_TTL_SECONDS / 3
+                    first = False
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        return None
+                    elapsed = loop.time() - started
+                    if on_wait is not None and (last_notice is None or notice <= 0 or elapsed - last_notice >= notice):
+                        last_notice = elapsed
+                        await notify_wait(on_wait, elapsed)
+                    pause = min(poll, max(0.0, deadline - loop.time()))
+                    if ticket is not None:
+                        pause = min(pause, max(0.0, renew_at - loop.time()))
+                    await sleep_until(released, pause, should_abort)
+                    state = await self._query("turn_lease_state", session_id, ticket)
+        finally:
+            if ticket is not None:  # timed out, aborted, failed or cancelled: leave the queue
+                await self._settle(self._withdraw_ticket(ticket))
+
+
+def _cleanup_done(pending: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
+    def done(task: asyncio.Task[None]) -> None:
+        pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("could not release a turn lease its cancelled caller took (it ends at its TTL): %s", task.exception())
+
+    return done

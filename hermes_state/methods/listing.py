@@ -48,6 +48,21 @@ ACTIVITY_PROVENANCES = ("unknown", "agent.compression", "agent.compression_timeo
 
 # ------------------------------------------------------------------ validators
 
+# ``list_sessions_rich(sort=...)``: newest start first (the default), costliest first, longest first.
+SESSION_SORTS = ("started", "cost", "messages")
+
+
+def _narrowing(model: Any, tool_name: Any, min_cost: Any, sort: Any = None) -> dict[str, Any]:
+    """The keyword-only filters ``list_sessions_rich`` and ``session_count`` share beyond upstream's."""
+    if sort is not None and sort not in SESSION_SORTS:
+        raise ValueError(f"sort must be one of {', '.join(SESSION_SORTS)} or None, not {sort!r}")
+    return {
+        "model": opt_text(model, "model"),
+        "tool_name": opt_text(tool_name, "tool_name"),
+        "min_cost": None if min_cost is None else finite_number(min_cost, "min_cost"),
+        "sort": sort or "started",
+    }
+
 
 def limit_arg(value: Any, name: str) -> int:
     """A non-negative 64-bit int (``bool`` is refused): ``TypeError`` / ``ValueError`` otherwise."""
@@ -159,6 +174,10 @@ class ListingMethods(StoreBase):
         started_after: float | None = None,
         started_before: float | None = None,
         pinned_only: bool = False,
+        model: str | None = None,
+        tool_name: str | None = None,
+        min_cost: float | None = None,
+        sort: str | None = None,
     ) -> list[dict[str, Any]]:
         """Return one page of sessions for a picker or sidebar, as rich row dicts.
 
@@ -180,6 +199,13 @@ class ListingMethods(StoreBase):
         they apply in both orders. With ``project_compression_tips`` a
         compression-ended row shows its live tip (``_lineage_root_id`` keeps
         the listed id). Queued token counts are flushed first.
+
+        More keyword-only additions: ``model`` keeps sessions whose model is
+        exactly that, ``tool_name`` those with a message of that tool,
+        ``min_cost`` those whose cost (actual when known, else estimated) is at
+        least that many dollars; ``sort`` orders the page by ``"started"``
+        (newest first, the default), ``"cost"`` or ``"messages"`` (largest
+        first; ties newest first). ``order_by_last_active`` wins over ``sort``.
         """
         opts = self._filter_options(
             source=source, sources=sources, exclude_sources=exclude_sources, cwd_prefix=cwd_prefix,
@@ -200,6 +226,7 @@ class ListingMethods(StoreBase):
             pinned_only=flag_arg(pinned_only, "pinned_only"),
             started_after=None if started_after is None else finite_number(started_after, "started_after"),
             started_before=None if started_before is None else finite_number(started_before, "started_before"),
+            **_narrowing(model, tool_name, min_cost, sort),
         )
         await self.flush_token_counts()
         rows = await self._query("list_sessions_rich", opts)
@@ -230,18 +257,35 @@ class ListingMethods(StoreBase):
         archived_only: bool = False,
         exclude_children: bool = False,
         exclude_sources: list[str] | None = None,
+        *,
+        include_hidden: bool = True,
+        pinned_only: bool = False,
+        started_after: float | None = None,
+        started_before: float | None = None,
+        model: str | None = None,
+        tool_name: str | None = None,
+        min_cost: float | None = None,
     ) -> int:
         """Return how many sessions match the ``list_sessions_rich`` filters.
 
         Children are counted unless ``exclude_children`` (which counts exactly
         the rows ``list_sessions_rich`` can list); archived ones are not
-        counted unless ``include_archived`` or ``archived_only``.
+        counted unless ``include_archived`` or ``archived_only``. The
+        keyword-only filters mean what they mean for ``list_sessions_rich``
+        (hidden sessions are counted unless ``include_hidden=False``).
         """
         opts = self._filter_options(
             source=source, sources=sources, exclude_sources=exclude_sources, cwd_prefix=cwd_prefix,
             min_message_count=min_message_count, include_archived=include_archived, archived_only=archived_only,
         )
         opts["exclude_children"] = flag_arg(exclude_children, "exclude_children")
+        opts.update(
+            exclude_hidden=not flag_arg(include_hidden, "include_hidden"),
+            pinned_only=flag_arg(pinned_only, "pinned_only"),
+            started_after=None if started_after is None else finite_number(started_after, "started_after"),
+            started_before=None if started_before is None else finite_number(started_before, "started_before"),
+            **_narrowing(model, tool_name, min_cost),
+        )
         return await self._query("count_sessions", opts)
 
     async def session_count_by_source(

@@ -31,6 +31,7 @@ from ..commands.search import (
 from ..errors import FtsRepairNeeded, OperationalError, SearchTimeoutError
 from ..facade import StoreBase, count_arg, opt_text
 from ..limits import INT64_MAX
+from ..session_settings import bound_session_setting
 from .deadline import Deadline
 
 __all__ = ["SEARCH_RESULT_FIELDS", "SearchMethods"]
@@ -94,7 +95,10 @@ def _non_negative(value: Any, name: str) -> int:
 
 
 def _slow_ms(config: Any) -> float:
-    raw: Any = os.environ.get("HERMES_SEARCH_SLOW_MS")
+    """The slow-search threshold: the turn's bound ``search_slow_ms``, else the environment, else the config."""
+    raw: Any = bound_session_setting("search_slow_ms")
+    if raw is None:
+        raw = os.environ.get("HERMES_SEARCH_SLOW_MS")
     if raw is None or not str(raw).strip():
         raw = getattr(getattr(config, "sessions", None), "search_slow_ms", None)
     try:
@@ -140,9 +144,12 @@ class SearchMethods(StoreBase):
         Each hit has ``id, session_id, role, snippet, timestamp, tool_name,
         source, model, session_started, context`` (in that order, or only the
         ``fields`` asked for). ``snippet`` marks matches with ``>>>``/``<<<``;
-        ``context`` holds the messages before and after the hit. Hostile
-        query text never raises: FTS5 syntax is sanitized, and what FTS5 still
-        rejects returns ``[]``. ``source_filter=[]`` matches nothing,
+        ``context`` holds the messages before and after the hit. Text that
+        word search cannot find as typed (``C#``, ``status=502``, URLs, paths,
+        e-mail addresses, emoji) is matched as literal substrings (tool rows
+        included, newest first) when the word search has no hit. Hostile
+        query text never raises: FTS5 syntax is sanitized, and what neither
+        route can answer returns ``[]``. ``source_filter=[]`` matches nothing,
         ``role_filter=[]`` means no role filter. ``sort`` is ``"newest"``,
         ``"oldest"`` or anything else for relevance. Compacted history is
         searched unless ``include_inactive`` widens it to every row.
@@ -168,30 +175,33 @@ class SearchMethods(StoreBase):
             return []
         with_context = projection is None or "context" in projection
         with_snippet = projection is None or "snippet" in projection
-        config = getattr(self._backend, "config", None)
-        slow_ms = _slow_ms(config)
-        timeout_ms = _timeout_ms(config)
+        slow_ms = _slow_ms(getattr(self._backend, "config", None))
         args = (query, sources, excluded, roles, limit, offset, order, bool(include_inactive), with_context, with_snippet)
-        if not 0 < timeout_ms < float("inf"):
-            hits = await self._search_with_repair(args, slow_ms)
-        else:
-            deadline = Deadline(timeout_ms / 1000.0)
-            try:
-                hits = await self._search_with_repair(args, slow_ms)
-            except asyncio.CancelledError:
-                if deadline.expired():
-                    raise SearchTimeoutError(timeout_ms) from None
-                raise
-            finally:
-                deadline.cancel()
+        hits = await self._search_query("search_messages_rows", args, (slow_ms,))
         if projection is not None:
             hits = [{f: hit[f] for f in projection if f in hit} for hit in hits]
         return hits
 
-    async def _search_with_repair(self, args: tuple[Any, ...], slow_ms: float) -> list[dict[str, Any]]:
+    async def _search_query(self, name: str, args: tuple[Any, ...], tail: tuple[Any, ...]) -> Any:
+        """:meth:`_with_fts_repair` under the search deadline (``sessions.search_timeout_ms``)."""
+        timeout_ms = _timeout_ms(getattr(self._backend, "config", None))
+        if not 0 < timeout_ms < float("inf"):
+            return await self._with_fts_repair(name, args, tail)
+        deadline = Deadline(timeout_ms / 1000.0)
+        try:
+            return await self._with_fts_repair(name, args, tail)
+        except asyncio.CancelledError:
+            if deadline.expired():
+                raise SearchTimeoutError(timeout_ms) from None
+            raise
+        finally:
+            deadline.cancel()
+
+    async def _with_fts_repair(self, name: str, args: tuple[Any, ...], tail: tuple[Any, ...]) -> Any:
+        """Run search query ``name`` with ``args``, ``repairable`` and ``tail``; a corrupt index is rebuilt once."""
         repairable = not self.read_only and not getattr(self, "_search_fts_repaired", False)
         try:
-            return await self._query("search_messages_rows", *args, repairable, slow_ms)
+            return await self._query(name, *args, repairable, *tail)
         except FtsRepairNeeded as exc:
             # One in-place rebuild per instance, through the writer; then ask again.
             self._search_fts_repaired = True
@@ -200,7 +210,36 @@ class SearchMethods(StoreBase):
                 await self._write(RepairFtsIndexes())
             except Exception as repair_error:  # noqa: BLE001 - the retry below reports what remains
                 log.error("in-place FTS rebuild failed: %s", repair_error)
-            return await self._query("search_messages_rows", *args, False, slow_ms)
+            return await self._query(name, *args, False, *tail)
+
+    async def count_search_matches(
+        self,
+        query: str,
+        source_filter: list[str] | None = None,
+        exclude_sources: list[str] | None = None,
+        role_filter: list[str] | None = None,
+        include_inactive: bool = False,
+        cap: int = 1000,
+    ) -> int:
+        """How many messages :meth:`search_messages` finds for ``query`` with these filters, over all
+        its pages; returns an int, at most ``cap`` (a result equal to ``cap`` means "``cap`` or more").
+
+        Same query, routes and filters as ``search_messages`` (a hit count for
+        a results page); the count stops at ``cap`` so a very common word
+        costs no more than ``cap`` rows. ``[]``-giving queries count 0. The
+        search deadline (``sessions.search_timeout_ms``) applies as to a search.
+        """
+        if query is not None and not isinstance(query, str):
+            raise TypeError(f"query must be a str, not {type(query).__name__}")
+        sources = _names(source_filter, "source_filter")
+        excluded = _names(exclude_sources, "exclude_sources")
+        roles = _names(role_filter, "role_filter") or None
+        cap = _non_negative(cap, "cap")
+        await self._ensure_open()
+        if not query or not query.strip() or cap == 0:
+            return 0
+        args = (query, sources, excluded, roles, bool(include_inactive), cap)
+        return int(await self._search_query("count_search_rows", args, ()))
 
     # ------------------------------------------------------------ sessions
 

@@ -32,6 +32,7 @@ from ..facade import (
     opt_text,
     require_id,
 )
+from ..home_loop import hand_off
 from ..limits import finite_sum, saturating_add
 from ..usage_report import usage_by_day_rows
 from .listing import finite_number, flag_arg
@@ -125,7 +126,10 @@ class UsageMethods(StoreBase):
         if self.closed:
             await self.update_token_counts(session_id, **kwargs)  # type: ignore[attr-defined]
             return
-        await self._ensure_open()
+        home = await self._enter(asyncio.get_running_loop())
+        if home is not None:  # the queue and its writer task live on the home loop
+            await hand_off(home, self.queue_token_counts(session_id, **kwargs))
+            return
         if self._token_queue is None:
             self._token_queue = []
         self._token_queue.append(delta)
@@ -159,6 +163,10 @@ class UsageMethods(StoreBase):
         if budget < 0:
             raise ValueError(f"timeout must be non-negative, got {timeout}")
         loop = asyncio.get_running_loop()
+        if (self._token_queue or self._token_writer is not None) and loop is not self._loop and not self.closed:
+            home = await self._enter(loop)
+            if home is not None:
+                return await hand_off(home, self.flush_token_counts(budget))
         deadline = loop.time() + budget
         while self._token_queue or (self._token_writer is not None and not self._token_writer.done()):
             task = self._token_writer
@@ -167,8 +175,18 @@ class UsageMethods(StoreBase):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            await asyncio.wait({task}, timeout=remaining)
+            if task.get_loop() is loop:
+                await asyncio.wait({task}, timeout=remaining)
+            else:  # started on the loop the store moved away from; it hands its writes here
+                await asyncio.sleep(min(remaining, 0.005))
         return True
+
+    def _after_move(self, dead: bool) -> None:
+        # A writer task left pending on a closed loop never runs again: start afresh here.
+        task = self._token_writer
+        if task is not None and dead and not task.done():
+            self._token_writer = None
+        super()._after_move(dead)
 
     async def _before_close(self) -> None:
         try:

@@ -22,17 +22,22 @@ from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
+from .client_files import Connector
 from .config import PostgresConfig, load_postgres_config
-from .dsn import asyncpg_dsn, endpoint, redact_dsn, url_connect_kwargs, url_store_options
-from .errors import is_busy, is_disconnect, is_pooler_symptom, pooler_error, to_store_error, unavailable
+from .core_boundary import CoreBoundary
+from .dsn import asyncpg_dsn, commit_outcome_timeout, endpoint, redact_dsn, url_connect_kwargs, url_store_options
+from .errors import is_busy, is_disconnect, is_pooler_symptom, pooler_error, to_store_error
+from .failover import DEFAULT_COMMIT_OUTCOME_TIMEOUT, connect_error, is_read_only_error, no_writable_server, writable_target
+from .hosts import peer
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
-from .pool import ConnectionPool
+from .pool import ConnectionPool, PoolTimeoutError, drop_connection
 from .pooler import for_transaction_pooler, url_server_settings, without_url_settings
 from .queries import query_for
 from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
-from .schema import check_schema_read_only, ensure_schema
+from .replicas import Replica, ReplicaSet
+from .migration import check_schema_read_only, ensure_schema
 from .text_values import nul_refusal
 from .writer import BatchToken, apply_batch
 
@@ -69,6 +74,23 @@ class PostgresReader:
             raise StoreClosedError()
         fn = query_for(name)
         begin_with = BEGIN_WITH.get(name)
+        replicas = self._backend.replicas
+        if replicas is not None:
+            replica = await replicas.choose(name)
+            if replica is not None:
+                try:
+                    result = await self._run(replica.pool, fn, args, begin_with)
+                except Exception as exc:
+                    # Unreachable, or a query cancelled by a recovery conflict (40001): the primary answers.
+                    if not (is_disconnect(exc) or is_busy(exc)):
+                        raise to_store_error(exc) from exc
+                    if is_disconnect(exc) and not isinstance(exc, PoolTimeoutError):
+                        replicas.failed(replica, exc)
+                else:
+                    replica.reads += 1
+                    replicas.counts["replica"] += 1
+                    return result
+            replicas.counts["primary"] += 1
         try:
             return await self._run(pool, fn, args, begin_with)
         except Exception as exc:
@@ -79,6 +101,11 @@ class PostgresReader:
         try:
             return await self._run(pool, fn, args, begin_with)
         except Exception as exc:
+            if is_disconnect(exc) and not isinstance(exc, (DatabaseUnavailableError, TimeoutError)):
+                raise DatabaseUnavailableError(
+                    f"lost the connection to PostgreSQL at {self._backend.endpoint} twice during a read "
+                    f"({type(exc).__name__}: {exc})"
+                ) from exc
             raise to_store_error(exc) from exc
 
     @staticmethod
@@ -102,11 +129,20 @@ class PostgresReader:
             return result
 
 
+def _load_configs(home: Path | None) -> tuple[StoreConfig, PostgresConfig]:
+    """The profile's store config and its ``database.postgres`` part (reads config.yaml)."""
+    return load_config(home), load_postgres_config(home)
+
+
 class PostgresBackend:
     """Owns the connections to one PostgreSQL database (and schema, via ``search_path``)."""
 
-    def __init__(self, dsn: str, *, read_only: bool, home: Path | None = None) -> None:
+    def __init__(
+        self, dsn: str, *, read_only: bool, home: Path | None = None, read_replicas: Sequence[str] = ()
+    ) -> None:
         self.dsn = dsn
+        self.replica_dsns = tuple(read_replicas)  # the constructor's; config.yaml's when empty
+        self.replicas: ReplicaSet | None = None
         self.read_only = read_only
         self.home = home
         # ``config`` is the whole profile config (method groups read its ``sessions``
@@ -119,13 +155,24 @@ class PostgresBackend:
         self._last_token: str | None = None  # deleted by the next batch's transaction
         self.reconnects = 0  # writer connections replaced after a loss (writer_stats)
         self._facts: dict[str, Any] = {}
-        self._endpoint = endpoint(dsn)
+        self.endpoint = endpoint(dsn)  # the URL's host list, for errors before a connection exists
+        self._writer_at = self.endpoint  # the host the writer connection talks to
+        self._shared_connector: Connector | None = None
         self._pooled = False  # behind a transaction pooler (``pooler``); read at open
         self._listen_url: str | None = None
         self._lease_listener = LeaseReleaseListener(self._connect_listener, self.lease_identity(), self._notify)
+        self._core: CoreBoundary | None = None
+
+    def core(self) -> CoreBoundary:
+        """The SQLAlchemy Core boundary for host SQL (``SessionDB._read`` / ``_write``), made on first use."""
+        if self._core is None:
+            self._core = CoreBoundary(self._connect_writer, self.pg_config)
+        return self._core
 
     def _direct_kwargs(self) -> dict[str, Any]:
-        return self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
+        kwargs = self.pg_config.connect_kwargs(read_only=self.read_only, base=url_connect_kwargs(self.dsn))
+        # A writable store reads its own writes from the primary too, so both connect to a writable host.
+        return kwargs if self.read_only else {**kwargs, **writable_target(self.dsn)}
 
     def _connect_kwargs(self) -> dict[str, Any]:
         if self._pooled:
@@ -136,12 +183,42 @@ class PostgresBackend:
         dsn = asyncpg_dsn(self.dsn)
         return without_url_settings(dsn) if self._pooled else dsn
 
+    def commit_outcome_timeout(self) -> float:
+        """Seconds to keep reconnecting to resolve a lost COMMIT reply: config.yaml, else the URL, else 30."""
+        configured = self.pg_config.commit_outcome_timeout
+        if configured is None:
+            configured = commit_outcome_timeout(self.dsn)
+        return DEFAULT_COMMIT_OUTCOME_TIMEOUT if configured is None else configured
+
+    def _connector(self) -> Connector:
+        """The connector every connection of this store opens through (one, so it learns the server's TLS answer)."""
+        if self._shared_connector is None:
+            self._shared_connector = Connector(self._server_dsn(), self._connect_kwargs())
+        return self._shared_connector
+
     async def _connect_writer(self) -> Any:
-        asyncpg = load_driver()
+        load_driver()
         try:
-            return await asyncpg.connect(self._server_dsn(), **self._connect_kwargs())
-        except (OSError, TimeoutError) as exc:
-            raise unavailable(self._endpoint, exc) from exc
+            conn = await self._connector().connect()
+        except Exception as exc:
+            err = connect_error(self.endpoint, exc)
+            if err is None:
+                raise
+            raise err from exc
+        if self.read_only:
+            return conn
+        where = peer(conn, self.endpoint)
+        try:
+            # The URL may choose target_session_attrs=any: a standby must still not become the writer.
+            read_only = await conn.fetchval("SHOW transaction_read_only") == "on"
+        except BaseException:
+            conn.terminate()
+            raise
+        if read_only:
+            conn.terminate()
+            raise no_writable_server(where)
+        self._writer_at = where
+        return conn
 
     async def _connect_listener(self) -> Any:
         """The LISTEN connection: ``listen_url`` (direct, every setting at startup) when given, else the writer's kind."""
@@ -149,10 +226,14 @@ class PostgresBackend:
             return await self._connect_writer()
         kwargs = self._direct_kwargs()
         kwargs["server_settings"] = {**url_server_settings(asyncpg_dsn(self.dsn)), **(kwargs.get("server_settings") or {})}
+        where = endpoint(self._listen_url)
         try:
-            return await load_driver().connect(asyncpg_dsn(self._listen_url), **kwargs)
-        except (OSError, TimeoutError) as exc:
-            raise unavailable(endpoint(self._listen_url), exc) from exc
+            return await Connector(asyncpg_dsn(self._listen_url), kwargs).connect()
+        except Exception as exc:
+            err = connect_error(where, exc)
+            if err is None:
+                raise
+            raise err from exc
 
     async def _notify(self, channel: str) -> None:
         """Send a notification on ``channel`` from a connection of its own (the listener's check; the read
@@ -166,14 +247,16 @@ class PostgresBackend:
 
     async def open(self) -> None:
         load_driver()
-        self.config = load_config(self.home)
-        self.pg_config = load_postgres_config(self.home)
+        # config.yaml is read on a worker thread, never on the loop.
+        self.config, self.pg_config = await asyncio.to_thread(_load_configs, self.home)
         options = url_store_options(self.dsn)
         self._pooled = options.get("pooler", self.pg_config.pooler) == "transaction"
         self._listen_url = options.get("listen_url", self.pg_config.listen_url)
         try:
-            self.pool = ConnectionPool(self._server_dsn(), self.pg_config, self._connect_kwargs(), self._endpoint)
+            self._shared_connector = None  # the config was just (re)read
+            self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
             await self.pool.open()
+            await self._open_replicas()
             if self.read_only:
                 async with self.pool.acquire() as conn:
                     self._facts = await check_schema_read_only(conn)
@@ -190,6 +273,28 @@ class PostgresBackend:
         if self._pooled:  # LISTEN through a pooler hears nothing: find out (and warn) now, in the background
             self._lease_listener.start()
 
+    async def rebind(self, dead: bool) -> None:
+        """Serve the event loop the store moved to: asyncpg connections belong to the loop that
+        opened them, so the pool, the writer and the listener start afresh on this one. Returns None.
+
+        ``dead`` (the old loop closed) needs nothing more: a transaction it left
+        open ends with its connection's session.
+        """
+        if self.pool is None:
+            return
+        self.pool.discard()
+        writer, self._writer_conn = self._writer_conn, None
+        drop_connection(writer)
+        self._lease_listener.discard()
+        self.pool = ConnectionPool(self._connector(), self.pg_config, self.endpoint)
+        await self.pool.open()
+        for replica in self.replicas.replicas if self.replicas is not None else ():
+            replica.pool.discard()
+            replica.pool = self._replica_pool(replica.dsn)
+            await replica.pool.open()
+        if not self.read_only:
+            self._writer_conn = await self._connect_writer()
+
     async def _warn_if_pooled(self, conn: Any) -> None:
         """Log a warning when an undeclared pooler sits in between (the server pid is not the one connect announced)."""
         if self._pooled:
@@ -198,8 +303,37 @@ class PostgresBackend:
             log.warning(
                 "PostgreSQL SessionDB at %s goes through a connection pooler (the server process differs from the "
                 "one announced at connect); if it pools by transaction (PgBouncer pool_mode=transaction, hosted "
-                "poolers), add pooler=transaction to the URL: see docs/postgres-operations.md", self._endpoint,
+                "poolers), add pooler=transaction to the URL: see docs/postgres-operations.md", self.endpoint,
             )
+
+    async def _open_replicas(self) -> None:
+        dsns = self.replica_dsns or self.pg_config.read_replicas
+        if not dsns:
+            return
+        replicas = [Replica(dsn, self._replica_pool(dsn)) for dsn in dsns]
+        self.replicas = ReplicaSet(replicas, max_lag=self.pg_config.replica_max_lag, wait=self.pg_config.replica_wait)
+        await self.replicas.open()
+
+    def _replica_pool(self, dsn: str) -> ConnectionPool:
+        """A read pool on replica ``dsn``: read-only connections, any host it lists, this store's pool options."""
+        kwargs = self.pg_config.connect_kwargs(read_only=True, base=url_connect_kwargs(dsn))
+        server = asyncpg_dsn(dsn)
+        if self._pooled:
+            kwargs, server = for_transaction_pooler(kwargs, url_server_settings(server)), without_url_settings(server)
+        return ConnectionPool(Connector(server, kwargs), self.pg_config, endpoint(dsn))
+
+    def read_routing(self) -> dict[str, Any] | None:
+        """How reads were routed and each replica's last known lag (None without replicas; no I/O)."""
+        return self.replicas.stats() if self.replicas is not None else None
+
+    async def _note_write(self) -> None:
+        """With replicas: record the primary's WAL position after a committed batch (read-your-writes)."""
+        if self.replicas is None:
+            return
+        try:
+            self.replicas.wrote(await self._writer_conn.fetchval("SELECT pg_current_wal_lsn()::text"))
+        except Exception:
+            self.replicas.wrote(None)  # unknown: reads go to the primary until the next write's position
 
     async def apply_batch(self, commands: Sequence[Command]) -> list[Outcome]:
         """Apply one batch; after a lost connection, find out whether it committed.
@@ -208,7 +342,8 @@ class PostgresBackend:
         was lost); raises :class:`WriteNotAppliedError` when it provably did
         not (the actor then retries it once). Batches with a standalone
         command run several transactions and carry no token: a connection
-        lost under them raises the driver's error.
+        lost under them raises :class:`DatabaseUnavailableError`. Every error
+        names the host the writer was talking to (or the URL's host list).
         """
         if self.pool is None:
             raise StoreClosedError()
@@ -220,23 +355,42 @@ class PostgresBackend:
                 await self._replace_writer()
             outcomes = await apply_batch(self._writer_conn, commands, token, done)
         except Exception as exc:
+            where = self._writer_at
+            if is_read_only_error(exc):
+                # The server turned read-only (demoted or fenced primary): the statement failed, so
+                # nothing of the batch committed; the next connection looks for a writable host.
+                await self._drop_writer()
+                said = (
+                    f"PostgreSQL at {where} refused a write because it is read-only now (a standby after a "
+                    f"failover, or set read-only); the next write reconnects to a writable host at {self.endpoint}"
+                )
+                if token is None:
+                    raise DatabaseUnavailableError(f"{said} ({exc})") from exc
+                raise WriteNotAppliedError(f"{said}; this write was not applied ({exc})") from exc
             if not (is_disconnect(exc) or self._writer_conn is None or self._writer_conn.is_closed()):
                 raise to_store_error(exc) from exc
             # The server ends the open transaction with the session; reconnect.
             await self._drop_writer()
-            if token is None or isinstance(exc, WriteNotAppliedError):
+            if isinstance(exc, WriteNotAppliedError) or (token is None and isinstance(exc, DatabaseUnavailableError)):
                 raise
+            if token is None:
+                raise DatabaseUnavailableError(
+                    f"lost the connection to PostgreSQL at {where} during a write of several transactions; "
+                    f"the ones before the loss committed ({type(exc).__name__}: {exc})"
+                ) from exc
             # ``done`` is filled just before COMMIT is sent: without it the server
             # never saw a COMMIT, so nothing committed; with it, ask the server.
             if done and await self._committed(token.token, exc):
                 self._last_token = token.token
+                await self._note_write()
                 return done[-1]
             raise WriteNotAppliedError(
-                f"the connection to PostgreSQL at {self._endpoint} was lost before this write committed; "
+                f"the connection to PostgreSQL at {where} was lost before this write committed; "
                 f"it was not applied ({type(exc).__name__}: {exc})"
             ) from exc
         if token is not None:
             self._last_token = token.token
+        await self._note_write()
         return outcomes
 
     async def _replace_writer(self) -> None:
@@ -245,22 +399,36 @@ class PostgresBackend:
         self.reconnects += 1
 
     async def _committed(self, token: str, cause: BaseException) -> bool:
-        """Ask a fresh writer connection whether ``token``'s batch committed (a few tries, then give up)."""
+        """Ask a fresh writer connection whether ``token``'s batch committed.
+
+        Keeps reconnecting (to whichever listed host is writable: after a failover, the promoted
+        standby) for :meth:`commit_outcome_timeout` seconds, then gives up with the outcome unknown.
+        """
+        window = self.commit_outcome_timeout()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + window
         last: BaseException = cause
-        for pause in (0.0, 0.2, 1.0):
-            await asyncio.sleep(pause)
+        pause = 0.0
+        while (remaining := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(pause, remaining))
             try:
-                await self._replace_writer()
-                return await batch_committed(self._writer_conn, token)
+                return await asyncio.wait_for(self._ask_committed(token), max(deadline - loop.time(), 0.001))
             except Exception as exc:
-                if not is_disconnect(exc) and not isinstance(exc, ConnectionError):
+                lost = isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError))
+                if not (lost or is_disconnect(exc) or is_read_only_error(exc)):
                     raise
                 last = exc
                 await self._drop_writer()
+            pause = min(pause * 2 or 0.1, 1.0)
         raise DatabaseUnavailableError(
-            f"lost the connection to PostgreSQL at {self._endpoint} while committing a write and could not "
-            f"reconnect to learn whether it committed; its outcome is unknown ({type(last).__name__}: {last})"
+            f"lost the connection to PostgreSQL at {self._writer_at} while committing a write and found no "
+            f"writable server at {self.endpoint} within {window:g} s (commit_outcome_timeout) to learn whether "
+            f"it committed; its outcome is unknown ({type(last).__name__}: {last})"
         ) from cause
+
+    async def _ask_committed(self, token: str) -> bool:
+        await self._replace_writer()
+        return await batch_committed(self._writer_conn, token)
 
     async def _drop_writer(self) -> None:
         conn, self._writer_conn = self._writer_conn, None
@@ -308,8 +476,14 @@ class PostgresBackend:
         return info
 
     async def close(self) -> None:
+        core, self._core = self._core, None
+        if core is not None:
+            await core.close()
         await self._lease_listener.close()
         pool, self.pool = self.pool, None
+        replicas, self.replicas = self.replicas, None
+        if replicas is not None:
+            await replicas.close()
         writer, self._writer_conn = self._writer_conn, None
         if writer is not None:
             try:

@@ -53,6 +53,15 @@ class PostgresConfig(msgspec.Struct, frozen=True, kw_only=True):
     pool_pre_ping: bool = True
     pool_use_lifo: bool = False
     connect_args: ConnectArgs = msgspec.field(default_factory=ConnectArgs)
+    # Seconds to keep reconnecting to learn whether a write whose COMMIT reply was lost committed
+    # (None: the URL's ``commit_outcome_timeout``, else the backend's default).
+    commit_outcome_timeout: float | None = None
+    # Read replicas (URLs; the constructor's ``read_replicas`` wins), skipped while they lag more
+    # than ``replica_max_lag``; a read after this store's own write waits up to ``replica_wait``
+    # for the replica to replay it, else reads from the primary.
+    read_replicas: tuple[str, ...] = ()
+    replica_max_lag: float = 5.0
+    replica_wait: float = 0.25
     # "transaction": connections go through a transaction pooler (see ``pooler``); the URL's wins.
     pooler: str = "none"
     # A direct URL for the turn-lease LISTEN connection (a pooler drops notifications); the URL's wins.
@@ -188,6 +197,26 @@ def _connect_args(raw: Any) -> ConnectArgs:
     return ConnectArgs(**values)
 
 
+_FAILOVER_KEYS = ("commit_outcome_timeout", "read_replicas", "replica_max_lag", "replica_wait")
+
+
+def _failover_values(raw: dict[str, Any], values: dict[str, Any]) -> None:
+    """The outcome window and read-replica keys."""
+    for key, strict in (("commit_outcome_timeout", True), ("replica_max_lag", True), ("replica_wait", False)):
+        if raw.get(key) is not None:
+            values[key] = float(_number(raw, key, _PREFIX, integer=False, minimum=0, strict_min=strict))
+    replicas = raw.get("read_replicas")
+    if replicas is not None:
+        if not isinstance(replicas, list) or not all(isinstance(url, str) for url in replicas):
+            raise ConfigError(f"{_PREFIX}.read_replicas must be a list of postgresql+asyncpg:// URLs")
+        for index, url in enumerate(replicas):
+            try:
+                validate_dsn(url)
+            except ValueError as exc:
+                raise ConfigError(f"{_PREFIX}.read_replicas[{index}]: {exc}") from None
+        values["read_replicas"] = tuple(replicas)
+
+
 def _store_options(raw: dict[str, Any], values: dict[str, Any]) -> None:
     if "pooler" in raw:
         if raw["pooler"] not in POOLER_MODES:
@@ -206,7 +235,10 @@ def parse_postgres_config(raw: Any) -> PostgresConfig:
         return PostgresConfig()
     if not isinstance(raw, dict):
         raise ConfigError(f"{_PREFIX} must be a mapping")
-    _unknown(raw, (*(k for k, _, _ in _POOL_NUMBERS), *_POOL_FLAGS, "connect_args", "pooler", "listen_url"), _PREFIX)
+    _unknown(
+        raw, (*(k for k, _, _ in _POOL_NUMBERS), *_POOL_FLAGS, "connect_args", *_FAILOVER_KEYS, "pooler", "listen_url"),
+        _PREFIX,
+    )
     values: dict[str, Any] = {}
     for key, integer, minimum in _POOL_NUMBERS:
         if key in raw:
@@ -214,6 +246,7 @@ def parse_postgres_config(raw: Any) -> PostgresConfig:
     for key in _POOL_FLAGS:
         if key in raw:
             values[key] = _boolean(raw, key)
+    _failover_values(raw, values)
     values["connect_args"] = _connect_args(raw.get("connect_args"))
     _store_options(raw, values)
     return PostgresConfig(**values)

@@ -18,17 +18,21 @@ import os
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .hosts import asyncpg_netloc, host_list, parse_hosts
 from .libpq import LIBPQ_ONLY_URL_PARAMETERS, READ_ONLY_SETTING, parse_options
 from .pooler import POOLER_MODES
 
 __all__ = [
-    "SCHEME", "SCHEMES", "asyncpg_dsn", "endpoint", "redact_dsn", "url_connect_kwargs", "url_store_options", "validate_dsn",
+    "SCHEME", "SCHEMES", "asyncpg_dsn", "commit_outcome_timeout", "endpoint", "redact_dsn", "url_connect_kwargs",
+    "url_store_options", "validate_dsn",
 ]
 
 SCHEME = "postgresql+asyncpg://"
 SCHEMES = (SCHEME, "postgresql+psycopg://")
 # Query parameters read here rather than by asyncpg.
 _TRANSLATED = ("connect_timeout", "options", "pooler", "listen_url")
+# Query parameters for the store itself, never sent to the server.
+_STORE_PARAMETERS = ("commit_outcome_timeout",)
 # Driver options people put in URLs; none of them is a URL parameter of asyncpg.
 _DRIVER_OPTIONS = ("statement_cache_size", "prepare_threshold", "prepared_statements")
 # The store's own parameters (see ``pooler`` and ``lease_listener``); never sent to the server.
@@ -46,11 +50,11 @@ def validate_dsn(db_path: object) -> str:
         )
     try:
         parts = urlsplit(db_path)
-        host = parts.hostname
-    except ValueError:
-        host = None
-        parts = None
-    if not host or parts is None or not parts.path.strip("/"):
+        parse_hosts(db_path)  # one host or a libpq host list, in the netloc or as ?host=&port=
+    except ValueError as exc:
+        message = str(exc)
+        raise ValueError(message if message.startswith("db_path") else "db_path must include a PostgreSQL host and database name") from None
+    if not parts.path.strip("/"):
         raise ValueError("db_path must include a PostgreSQL host and database name")
     url_connect_kwargs(db_path)  # the query parameters read here must be valid too
     url_store_options(db_path)
@@ -85,7 +89,22 @@ def url_connect_kwargs(dsn: str) -> dict[str, Any]:
             if READ_ONLY_SETTING in settings:
                 raise ValueError(f"db_path parameter options sets {READ_ONLY_SETTING}, which is controlled by read_only")
             kwargs.setdefault("server_settings", {}).update(settings)
+    commit_outcome_timeout(dsn)
     return kwargs
+
+
+def commit_outcome_timeout(dsn: str) -> float | None:
+    """The URL's ``commit_outcome_timeout`` in seconds (None when absent); raises ValueError when not > 0."""
+    for key, value in _query(dsn):
+        if key == "commit_outcome_timeout":
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = float("nan")
+            if not 0 < seconds < float("inf"):
+                raise ValueError(f"db_path parameter commit_outcome_timeout must be a number of seconds > 0, not {value!r}")
+            return seconds
+    return None
 
 
 def url_store_options(dsn: str) -> dict[str, str]:
@@ -119,21 +138,14 @@ def redact_dsn(dsn: str) -> str:
 
 
 def asyncpg_dsn(dsn: str) -> str:
-    """The URL in the form asyncpg parses: ``postgresql://...`` without the parameters read here."""
-    rest = dsn.split("://", 1)[1]
-    url = "postgresql://" + rest
-    query = _query(dsn)
-    if not any(key in _TRANSLATED for key, _ in query):
-        return url
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query if k not in _TRANSLATED])))
+    """The URL in the form asyncpg parses: ``postgresql://`` with every host (and port) in the netloc,
+    without the parameters read here."""
+    netloc, query = asyncpg_netloc(dsn)
+    kept = urlencode([(k, v) for k, v in query if k not in _TRANSLATED and k not in _STORE_PARAMETERS])
+    # Built by hand: urlunsplit drops the "//" of an empty netloc (a ?host= socket directory).
+    return f"postgresql://{netloc}{urlsplit(dsn).path}" + (f"?{kept}" if kept else "")
 
 
 def endpoint(dsn: str) -> str:
-    """``host:port`` of the DSN (port 5432 when absent), for error messages."""
-    parts = urlsplit(dsn)
-    try:
-        port = parts.port or 5432
-    except ValueError:
-        port = 5432
-    return f"{parts.hostname}:{port}"
+    """The URL's hosts as ``host:port[,host:port...]`` (port 5432 where absent), for error messages."""
+    return host_list(dsn)

@@ -1,7 +1,7 @@
 """Turn-lease releases from other processes, through PostgreSQL's LISTEN/NOTIFY.
 
-A release notifies channel ``hermes_turn_lease`` with ``[schema, conversation
-id]`` in the releasing transaction (delivered at COMMIT, to every listener
+A release notifies channel ``hermes_turn_lease`` with ``[schema, md5 of the
+conversation id]`` in the releasing transaction (delivered at COMMIT, to every listener
 of the database). A store starts listening on a connection of its own the
 first time one of its callers waits for a lease, and hands each notice for
 its schema to the process-wide wake-up registry (``lease_wakeups``). Nothing
@@ -30,6 +30,7 @@ from typing import Any
 
 from ..lease_wakeups import notify_release
 from .handlers.turn_leases import LEASE_CHANNEL
+from .pool import drop_connection
 
 __all__ = ["LeaseReleaseListener"]
 
@@ -138,12 +139,18 @@ class LeaseReleaseListener:
 
     def _on_notice(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         try:
-            schema, conversation_id = json.loads(payload)
+            schema, key = json.loads(payload)
         except (ValueError, TypeError):
             return
-        if schema == self._schema and isinstance(conversation_id, str):
+        if schema == self._schema and isinstance(key, str):
             self.notices += 1
-            notify_release(self._database, conversation_id)
+            notify_release(self._database, key)
+
+    def discard(self) -> None:
+        """Forget the connection of a loop the store left (the next wait listens again, on the new loop)."""
+        conn, self._conn = self._conn, None
+        self._lock = None
+        drop_connection(conn)
 
     async def close(self) -> None:
         for task in (self._starting, self._probe):

@@ -33,16 +33,20 @@ What this module adds:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from .client_files import Connector
 from .config import PostgresConfig
-from .errors import is_disconnect, unavailable
+from .errors import is_disconnect
+from .failover import connect_error
 
-__all__ = ["PoolTimeoutError", "ConnectionPool"]
+__all__ = ["PoolTimeoutError", "ConnectionPool", "drop_connection"]
 
 _SLOT = object()  # handed to a waiter: a connection slot is reserved for it; open one
 
@@ -62,10 +66,9 @@ class _Entry:
 class ConnectionPool:
     """Pooled connections for reads; the writer has its own connection."""
 
-    def __init__(self, dsn: str, config: PostgresConfig, connect_kwargs: dict[str, Any], endpoint: str) -> None:
-        self._dsn = dsn
+    def __init__(self, connector: Connector, config: PostgresConfig, endpoint: str) -> None:
         self._config = config
-        self._kwargs = connect_kwargs
+        self._connector = connector
         self._endpoint = endpoint
         unbounded = config.max_overflow == -1 or config.pool_size == 0
         self.capacity: int | None = None if unbounded else config.pool_size + config.max_overflow
@@ -83,12 +86,13 @@ class ConnectionPool:
     # ------------------------------------------------------------------ checkout
 
     async def _connect(self) -> _Entry:
-        import asyncpg  # type: ignore[import-untyped]
-
         try:
-            conn = await asyncpg.connect(self._dsn, **self._kwargs)
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise unavailable(self._endpoint, exc) from exc
+            conn = await self._connector.connect()
+        except Exception as exc:
+            err = connect_error(self._endpoint, exc)
+            if err is None:
+                raise
+            raise err from exc
         return _Entry(conn, time.monotonic())
 
     def _stale(self, entry: _Entry) -> bool:
@@ -264,6 +268,14 @@ class ConnectionPool:
         """Open connections beyond ``pool_size`` (negative while the pool is still growing)."""
         return self._open - self._config.pool_size
 
+    def discard(self) -> None:
+        """Drop every idle connection without awaiting anything (they belong to a loop the store left)."""
+        self._closed = True
+        idle, self._idle = list(self._idle), deque()
+        self._open -= len(idle)
+        for entry in idle:
+            drop_connection(entry.conn)
+
     async def close(self) -> None:
         """Close the idle connections; ones still checked out close when returned."""
         self._closed = True
@@ -276,3 +288,31 @@ class ConnectionPool:
                 entry.conn.terminate()
         while (waiter := self._next_waiter()) is not None:
             waiter.set_exception(RuntimeError("the PostgreSQL pool is closed"))
+
+
+def drop_connection(conn: Any) -> None:
+    """End ``conn`` from outside its event loop (the store moved to another loop); returns at once.
+
+    On its loop when that still runs in another thread; where that loop is
+    closed, asyncpg's ``terminate()`` cannot schedule the transport's close,
+    so the socket is shut down directly: the server ends the session (and
+    rolls back anything it left open) instead of keeping it until garbage
+    collection.
+    """
+    if conn is None or conn.is_closed():
+        return
+    loop = getattr(conn, "_loop", None)
+    if loop is not None and loop.is_running() and not loop.is_closed():
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(conn.terminate)
+            return
+    try:
+        conn.terminate()
+        return
+    except RuntimeError:  # its loop is closed
+        pass
+    transport = getattr(conn, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)

@@ -12,11 +12,12 @@ the extension can be had; :mod:`.search_schema`), and an explicit
 ``content_kind`` column for structured content (PostgreSQL TEXT cannot hold
 the NUL marker SQLite uses).
 
-This module declares the layout (an added table, column, index, function or
-trigger, or a changed definition, needs nothing more: the next open adds or
-replaces it; a change that existing rows must follow raises
-:data:`.layout.LAYOUT` and teaches :mod:`.migration` the step).
-:mod:`.migration` opens it: a catalog check under the advisory lock that runs
+This module only declares the layout and imports no sibling that reads it
+(an added table, column, index, function or trigger, or a changed
+definition, needs nothing more: the next open adds or replaces it; a change
+that existing rows must follow raises :data:`.layout.LAYOUT` and teaches
+:mod:`.migration` the step). :mod:`.migration` opens it
+(``ensure_schema``, ``check_schema_read_only``): a catalog check under the advisory lock that runs
 no DDL when the schema is current, else one atomic migration in place from
 any layout it knows (an empty schema, earlier hermes-state layouts,
 async-hermes-agent's), and a ``RuntimeError`` for a shape it does not.
@@ -24,8 +25,6 @@ async-hermes-agent's), and a ``RuntimeError`` for a shape it does not.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from .conversations import CONVERSATION_FUNCTIONS, CONVERSATION_TRIGGERS
 from .search_schema import SEARCH_COLUMN, SEARCH_DOCUMENT, SEARCH_INDEX
@@ -40,8 +39,6 @@ __all__ = [
     "SEARCH_DOCUMENT",
     "SEARCH_INDEX",
     "TABLES",
-    "check_schema_read_only",
-    "ensure_schema",
 ]
 
 SCHEMA_VERSION = 25
@@ -112,6 +109,12 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("token", "BIGINT NOT NULL DEFAULT 0"), ("holder_host", "TEXT"), ("holder_pid", "BIGINT"),
         ("holder_started", "BIGINT"),
     ),
+    # The queue of each conversation's turn lease: one row per waiter, the lowest live ticket goes next.
+    "session_turn_waiters": (
+        ("ticket", "BIGINT PRIMARY KEY"), ("conversation_id", "TEXT NOT NULL"), ("holder", "TEXT NOT NULL"),
+        ("expires_at", f"{_REAL} NOT NULL"), ("holder_host", "TEXT"), ("holder_pid", "BIGINT"),
+        ("holder_started", "BIGINT"),
+    ),
     # Written by other components (gateway, async-delegation tool), carried by copies: SQLite's columns.
     "gateway_routing": (
         ("scope", "TEXT NOT NULL DEFAULT ''"), ("session_key", "TEXT NOT NULL"), ("entry_json", "TEXT NOT NULL"),
@@ -124,6 +127,8 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("event_json", "TEXT"), ("result_json", "TEXT"), ("delivery_state", "TEXT NOT NULL DEFAULT 'pending'"),
         ("delivery_attempts", "BIGINT NOT NULL DEFAULT 0"), ("delivered_at", _REAL), ("owner_pid", "BIGINT"),
         ("owner_started_at", "BIGINT"), ("task_json", "TEXT"), ("delivery_claim", "TEXT"), ("delivery_claimed_at", _REAL),
+        # async-hermes-agent's delegation leases (its PostgreSQL storage 3); the store itself never reads them.
+        ("origin_session_id", "TEXT NOT NULL DEFAULT ''"), ("owner_instance_id", "TEXT"), ("lease_expires_at", _REAL),
     ),
     # PostgreSQL only: each write batch inserts its token here in its own transaction, so a
     # writer that lost the COMMIT reply can look it up (hermes_state.postgres.outcome).
@@ -167,6 +172,7 @@ INDEXES: dict[str, str] = {
     "idx_messages_platform_msg_id": "messages (session_id, platform_message_id) WHERE platform_message_id IS NOT NULL",
     "idx_compression_locks_expires": "compression_locks (expires_at)",
     "idx_session_turn_leases_expires": "session_turn_leases (expires_at)",
+    "idx_session_turn_waiters_conversation": "session_turn_waiters (conversation_id, ticket)",
     "idx_sessions_conversation": "sessions (conversation_id)",
     "idx_session_model_usage_session": "session_model_usage (session_id)",
     "idx_session_model_usage_model": "session_model_usage (model)",
@@ -202,16 +208,3 @@ def _add_column_type(kind: str) -> str:
     # Columns added to an existing table get the type and default, not the key.
     return kind.replace(" PRIMARY KEY", "")
 
-
-async def ensure_schema(conn: Any) -> dict[str, Any]:
-    """Check, or migrate in place, the schema of a writable store (see :mod:`.migration`); returns facts."""
-    from .migration import ensure_schema as handshake
-
-    return await handshake(conn)
-
-
-async def check_schema_read_only(conn: Any) -> dict[str, Any]:
-    """Validate a read-only store's schema without writing (see :mod:`.migration`); returns facts."""
-    from .migration import check_schema_read_only as check
-
-    return await check(conn)

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from ..backend import Backend
+from ..commands.base import Command
 from ..facade import captured_home
 from ..store import SessionDB as _SQLiteSessionDB
 from .dsn import redact_dsn, validate_dsn
+
+if TYPE_CHECKING:
+    from .backend import PostgresBackend
+    from .core_boundary import CoreBoundary
 
 __all__ = ["SessionDB"]
 
@@ -24,7 +30,21 @@ class SessionDB(_SQLiteSessionDB):
     read-only store raises ``PermissionError`` from every write before any
     I/O. Await ``close()`` once at shutdown: it applies every queued write,
     then closes the connections.
+
+    ``read_replicas=[url, ...]`` (or ``database.postgres.read_replicas``)
+    sends reads to those standbys; a read after this store's own write still
+    sees it (see :mod:`hermes_state.postgres.replicas` and ``writer_stats()["read_routing"]``).
     """
+
+    def __init__(
+        self,
+        db_path: os.PathLike[str] | str | None = None,
+        read_only: bool = False,
+        *,
+        read_replicas: Sequence[str] | None = None,
+    ) -> None:
+        self._read_replicas = _replica_urls(read_replicas)
+        super().__init__(db_path, read_only)
 
     def _accept_target(self, db_path: os.PathLike[str] | str | None) -> None:
         self._dsn: str = validate_dsn(db_path)
@@ -34,7 +54,59 @@ class SessionDB(_SQLiteSessionDB):
     def _make_backend(self) -> Backend:
         from .backend import PostgresBackend
 
-        return PostgresBackend(self._dsn, read_only=self.read_only, home=captured_home())
+        return PostgresBackend(
+            self._dsn, read_only=self.read_only, home=captured_home(), read_replicas=self._read_replicas
+        )
 
     def _target_label(self) -> str:
         return redact_dsn(self._dsn)
+
+    async def _read(self, operation: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Await ``operation(connection)`` with a SQLAlchemy Core ``AsyncConnection``; returns its result.
+
+        For host code with SQL of its own (async-hermes-agent's async
+        delegation binds a PostgreSQL store by these two methods). Nothing is
+        committed. Needs SQLAlchemy (imported on the first call); see
+        :mod:`hermes_state.postgres.core_boundary`.
+        """
+        if not callable(operation):
+            raise TypeError(f"operation must be a coroutine function taking a connection, not {type(operation).__name__}")
+        await self._ensure_open()
+        return await self._core().read(operation)
+
+    def _write(self, command: Any, **options: Any) -> Coroutine[Any, Any, Any]:  # type: ignore[override]
+        """Queue a store command (the facade's path), or run a host's SQLAlchemy Core write; returns the awaitable.
+
+        Given a coroutine function instead of a command, awaiting the result
+        awaits ``operation(connection)`` in a transaction that commits when
+        it returns, and gives its result; it does not go through the write
+        queue. A read-only store raises ``PermissionError`` first. (A plain
+        method, so the store's own writes pay no extra coroutine.)
+        """
+        if isinstance(command, Command):
+            return super()._write(command, **options)
+        return self._core_write(command, options)
+
+    async def _core_write(self, operation: Any, options: dict[str, Any]) -> Any:
+        if not callable(operation) or options:
+            raise TypeError(f"operation must be a coroutine function taking a connection, not {type(operation).__name__}")
+        if self.read_only:
+            raise self._backend.readonly_error()
+        await self._ensure_open()
+        return await self._core().write(operation)
+
+    def _core(self) -> CoreBoundary:
+        return cast("PostgresBackend", self._backend).core()
+
+def _replica_urls(urls: Sequence[str] | None) -> tuple[str, ...]:
+    """The constructor's ``read_replicas``, each a valid PostgreSQL URL; raises TypeError/ValueError naming it."""
+    if urls is None:
+        return ()
+    if isinstance(urls, (str, bytes)) or not isinstance(urls, Sequence):
+        raise TypeError("read_replicas must be a list of postgresql+asyncpg:// URLs")
+    for index, url in enumerate(urls):
+        try:
+            validate_dsn(url)
+        except ValueError as exc:
+            raise ValueError(f"read_replicas[{index}]: {exc}") from None
+    return tuple(urls)

@@ -25,7 +25,7 @@ write, and an upstream process still pointed at the database would read the
 stale copy (its readers start from the snapshot) where, with the columns
 gone, upstream from 0d6ee3e28 on refuses the database outright. They also
 held a second copy of every message, and ``get_session`` returns every
-column of ``sessions``. The steps run inside :func:`.schema.ensure_schema`'s transaction,
+column of ``sessions``. The steps run inside :func:`.migration.ensure_schema`'s transaction,
 before the columns are dropped; a row whose snapshot is not JSON (or not an
 object) keeps its columns, as upstream's reader did.
 """

@@ -18,8 +18,9 @@ trips, and commands rarely raise. If a handler raises, that transaction is
 rolled back and the batch is applied again with isolation: each bulk run in
 a savepoint (a run that raises falls back to one savepoint per command),
 every other command in its own savepoint, so one that raises is rolled back
-alone and only its caller gets the exception. A lost connection is never
-retried here (the backend decides).
+alone and only its caller gets the exception. A lost connection, or a
+server that turned read-only (SQLSTATE 25006, a demoted primary), fails the
+whole batch and is never retried here (the backend reconnects).
 With a ``token``, the transaction also inserts it into ``write_batches`` (and
 deletes the writer's previous one) in the same statement that takes the
 session locks (one round trip fewer per batch), and the outcomes are put in
@@ -37,6 +38,7 @@ from typing import Any
 from ..backend import Outcome
 from ..commands.base import Command
 from .errors import is_disconnect, to_store_error
+from .failover import is_read_only_error
 from .handlers import BULK_HANDLERS, handler_for
 
 __all__ = ["BatchToken", "apply_batch", "session_ids_of"]
@@ -148,6 +150,8 @@ async def _apply_one(conn: Any, command: Command) -> Outcome:
         async with conn.transaction():  # a savepoint inside the batch transaction
             result = await handler_for(command)(conn, command)
     except Exception as exc:
+        if is_read_only_error(exc):
+            raise  # the server, not the command: the backend reconnects to a writable host
         return (False, to_store_error(exc))
     return (True, result)
 
@@ -186,7 +190,7 @@ async def _apply_transaction(
         try:
             return await _apply_optimistic(conn, commands, token, done)
         except Exception as exc:
-            if conn.is_closed() or is_disconnect(exc):
+            if conn.is_closed() or is_disconnect(exc) or is_read_only_error(exc):
                 raise
             log.debug("batch of %d raised (%s); applying it again with a savepoint per command", len(commands), exc)
     if len(commands) == 1:
@@ -197,7 +201,7 @@ async def _apply_transaction(
                 result = await handler_for(command)(conn, command)
                 _finish(done, [(True, result)])
         except Exception as exc:
-            if not conn.is_closed():
+            if not conn.is_closed() and not is_read_only_error(exc):
                 return [(False, to_store_error(exc))]
             raise
         return [(True, result)]
@@ -222,6 +226,8 @@ async def _apply_standalone(conn: Any, command: Command) -> Outcome:
     try:
         return (True, await handler_for(command)(conn, command))
     except Exception as exc:
+        if is_read_only_error(exc):
+            raise
         return (False, to_store_error(exc))
 
 

@@ -9,6 +9,7 @@ query length; no regular expression can backtrack badly.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __all__ = [
@@ -23,6 +24,9 @@ __all__ = [
     "has_lone_cjk_run",
     "is_cjk_codepoint",
     "like_pattern",
+    "literal_groups",
+    "literal_prefilter",
+    "needs_literal",
     "plain_tokens",
     "quote_for_substring_index",
     "sanitize_fts5_query",
@@ -246,6 +250,10 @@ def boolean_groups(query: str) -> list[BooleanGroup]:
     the next term; quotes and ``*`` are stripped. Groups without a positive
     term are dropped.
     """
+    return _groups(query, lambda raw: raw.strip('"').replace("*", "").strip())
+
+
+def _groups(query: str, term_of: Callable[[str], str]) -> list[BooleanGroup]:
     groups: list[BooleanGroup] = []
     positive: list[str] = []
     negative: list[str] = []
@@ -262,7 +270,7 @@ def boolean_groups(query: str) -> list[BooleanGroup]:
             if word == "NOT":
                 negate = True
                 continue
-        term = raw.strip('"').replace("*", "").strip()
+        term = term_of(raw)
         if not term:
             negate = False
             continue
@@ -270,3 +278,78 @@ def boolean_groups(query: str) -> list[BooleanGroup]:
         negate = False
     groups.append(BooleanGroup(tuple(positive), tuple(negative)))
     return [g for g in groups if g.positive]
+
+
+# --------------------------------------------------------- literal matching
+
+# A term word search finds as typed: word runs joined by single '.', '-' or
+# '_' (the sanitizer makes those phrases), with an optional prefix '*'.
+_WORD_TERM = re.compile(r"[^\W_]+(?:[._\-][^\W_]+)*\**")
+
+
+def needs_literal(text: str) -> bool:
+    """True when a term of ``text`` holds a character word search drops or splits on.
+
+    ``status=502``, ``C#``, ``/srv/app``, ``a@b.org``, ``🔥`` or ``c++``:
+    the tokenizer cannot find such a term as typed (or FTS5 rejects it), so
+    only a literal substring match can. Plain words, phrases, ``prefix*``,
+    ``snake_case`` and ``P2.2`` are word search's and give False.
+    """
+    for tok in scrub_query(text[:MAX_FTS5_QUERY_CHARS]).replace('"', " ").split():
+        if tok.upper() not in OPERATORS and tok.upper() != "NEAR" and _WORD_TERM.fullmatch(tok) is None:
+            return True
+    return False
+
+
+def _literal_term(raw: str) -> str:
+    if len(raw) >= 2 and raw.startswith('"') and raw.endswith('"'):
+        return raw[1:-1]  # a phrase, verbatim
+    term = raw.strip('"')
+    # "dock*" means a prefix: as a substring its star goes; "***" stays what it is.
+    return term.rstrip("*") or term
+
+
+def literal_groups(text: str) -> list[BooleanGroup]:
+    """The user's text (not the sanitized query) as boolean groups of literal substrings.
+
+    Grouping as in :func:`boolean_groups` (``OR``, ``NOT``, implicit AND,
+    ``"phrases"`` kept whole), but every character of a term is kept, so
+    ``C#``, ``key=value`` or ``https://docs.docker.com`` are matched as typed.
+    """
+    return _groups(scrub_query(text[:MAX_FTS5_QUERY_CHARS]), _literal_term)
+
+
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def _bounded_words(term: str) -> list[str]:
+    # Words of the term that stand between ASCII separators in it, so that any text
+    # holding the term holds them as whole tokens (the last one as a prefix: the text
+    # may go on). The first word may be the tail of a longer one: it is left out, as is
+    # any word beside a non-ASCII character (the tokenizer may count that as a letter).
+    words = []
+    for found in _ASCII_WORD.finditer(term):
+        start, end = found.span()
+        if start == 0 or not term[start - 1].isascii():
+            continue
+        if end == len(term):
+            words.append(f'"{found.group()}"*')
+        elif term[end].isascii():
+            words.append(f'"{found.group()}"')
+    return words
+
+
+def literal_prefilter(groups: Sequence[BooleanGroup]) -> str | None:
+    """An FTS5 query (unicode61 words) that every row holding ``groups``' literal text matches.
+
+    ``/srv/app`` gives ``"srv" AND "app"*``; ``status=502`` gives ``"502"*``. It lets
+    the literal match read the word index's candidates instead of every row. None
+    when some group has no such word (``C#``, ``🔥``): then only a scan can answer.
+    """
+    ors = []
+    for group in groups:
+        words = [word for term in group.positive for word in _bounded_words(term)]
+        if not words:
+            return None
+        ors.append("(" + " AND ".join(dict.fromkeys(words)) + ")")
+    return " OR ".join(ors) if ors else None

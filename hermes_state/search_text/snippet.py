@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from functools import partial
+from collections.abc import Sequence
 from itertools import islice
 
 from .sanitize import OPERATORS
@@ -29,6 +30,7 @@ __all__ = [
     "SNIPPET_TOKENS",
     "bounded_snippet",
     "hits_exceed",
+    "literal_snippet",
     "phrase_pattern",
     "query_phrases",
 ]
@@ -203,3 +205,24 @@ def bounded_snippet(text: str, pattern: re.Pattern[str], substring: bool, tokens
     if token.search(text, end):
         parts.append(ELLIPSIS)
     return "".join(parts)
+
+
+# Characters around a literal match's hits (the LIKE routes' snippet width).
+LITERAL_SNIPPET_CHARS = 120
+
+
+def literal_snippet(texts: Sequence[str], terms: Sequence[str]) -> str | None:
+    """The literal route's snippet: up to 120 characters around the first hits of ``terms``
+    in the first of ``texts`` holding one, hits in ``>>>``/``<<<``.
+
+    Case-insensitive like the match itself. When no text shows a hit (it lies
+    past the part read), the start of the first non-empty text, unmarked.
+    """
+    quoted = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    pattern = phrase_pattern(quoted, True)
+    if pattern is not None:
+        for text in texts:
+            found = bounded_snippet(text, pattern, True, LITERAL_SNIPPET_CHARS)
+            if found is not None:
+                return found
+    return next((text[:LITERAL_SNIPPET_CHARS] for text in texts if text), None)

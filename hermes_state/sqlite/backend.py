@@ -19,7 +19,7 @@ from ..backend import Outcome, Report
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError, locked_error
-from ..private_files import create_private_file, make_private_dirs
+from ..private_files import create_private_file
 from .damage import damaged_tables, is_malformed_error, names_an_index
 from .driver import (
     driver_module,
@@ -32,10 +32,11 @@ from .driver import (
     to_stdlib_error,
 )
 from .journal import apply_database_pragmas, apply_journal_mode, read_journal_mode
+from .lease_sockets import LeaseWakeSockets
 from .queries import SEARCH_QUERIES, query_for
-from .safety import quarantine_zeroed_state_db, record_init_error
+from .safety import preflight, record_init_error
 from .schema import ensure_schema
-from .search.cjk import load_fts5_cjk_extension
+from .search.cjk import cjk_fts_enabled, load_cjk_tokenizer
 from .writer import apply_batch
 
 __all__ = ["SQLiteBackend", "SQLiteReader"]
@@ -47,28 +48,6 @@ WRITER_BUSY_TIMEOUT_MS = 1000
 READER_BUSY_TIMEOUT_MS = 5000
 # How long opening keeps retrying while another process holds the file's lock (a write's default patience).
 OPEN_PATIENCE = 20.0
-
-
-def _preflight(path: Path) -> None:
-    """Create the parent directory (0700, see ``private_files``) and fail early, and clearly, on unwritable paths."""
-    parent = path.parent
-    if path.is_dir():
-        raise sqlite3.OperationalError(f"unable to open database file: {path} is a directory")
-    try:
-        make_private_dirs(parent)
-    except OSError as exc:
-        # The same wording as a read-only directory below, not a raw PermissionError.
-        raise sqlite3.OperationalError(
-            f"state.db is not writable: directory {parent} cannot be created for this user "
-            f"({exc.strerror or exc}). Fix its permissions or point the store at another path."
-        ) from None
-    quarantine_zeroed_state_db(path)
-    for kind, target in (("directory", parent), ("file", path), ("file", Path(f"{path}-wal")), ("file", Path(f"{path}-shm"))):
-        if target.exists() and not os.access(target, os.R_OK | os.W_OK):
-            raise sqlite3.OperationalError(
-                f"state.db is not writable: {kind} {target} is read-only for this user. "
-                "Fix its permissions or point the store at another path."
-            )
 
 
 def _sidecars(path: Path) -> list[Path]:
@@ -99,13 +78,16 @@ def _tidy_sidecars(path: Path) -> None:
 
     A read-only connection cannot take the exclusive lock that lets the last
     connection of a WAL file checkpoint and delete them, so they outlive it.
-    A short read through a read-write connection ends with SQLite's own
+    Nothing to do when they are gone already. A short read through a
+    read-write connection ends with SQLite's own
     close: when it is the last connection it checkpoints (nothing, unless
     another process wrote and left while the store was open: then the frames
     that process would have checkpointed itself) and deletes both files;
     when another connection is open it leaves them to that one. A file this
     user cannot write is opened read-only by SQLite and keeps them.
     """
+    if not _sidecars(path):
+        return
     conn = driver_module().connect(path.absolute().as_uri() + "?mode=rw", uri=True, isolation_level=None)
     try:
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
@@ -113,12 +95,14 @@ def _tidy_sidecars(path: Path) -> None:
         conn.close()
 
 
-def _setup_writer(conn: Any, config: StoreConfig, label: str, home: Path | None = None) -> dict[str, Any]:
+def _setup_writer(
+    conn: Any, config: StoreConfig, label: str, home: Path | None = None, cjk_wanted: bool = True
+) -> dict[str, Any]:
     mode = apply_journal_mode(conn, config.database.journal_mode, db_label=label)
     apply_database_pragmas(conn, config.database, busy_timeout_ms=WRITER_BUSY_TIMEOUT_MS)
     # Search: the optional CJK tokenizer must be loaded before the schema
     # step, which creates (or, when it is missing, detaches) the CJK index.
-    cjk_loaded = load_fts5_cjk_extension(conn, config=config, home=home)
+    cjk_loaded = load_cjk_tokenizer(conn, config=config, home=home, enabled=cjk_wanted)
     facts = ensure_schema(conn, cjk_loaded=cjk_loaded)
     facts["journal_mode"] = mode
     return facts
@@ -128,7 +112,7 @@ def _setup_reader(conn: Any, config: StoreConfig, cjk: bool = True, home: Path |
     apply_database_pragmas(conn, config.database, busy_timeout_ms=READER_BUSY_TIMEOUT_MS)
     # Search: queries on the CJK index need the tokenizer on this connection too.
     if cjk:
-        load_fts5_cjk_extension(conn, config=config, home=home)
+        load_cjk_tokenizer(conn, config=config, home=home, enabled=True)
     conn.execute("PRAGMA query_only=ON")
     facts: dict[str, Any] = {"journal_mode": read_journal_mode(conn)}
     try:
@@ -357,7 +341,7 @@ class SQLiteBackend:
         self.read_only = read_only
         # Read-only inspection of a WAL file no process has open: read it as
         # immutable so no -wal/-shm files are created and no write permission
-        # is needed (see _reader_uri).
+        # is needed (see _prepare_files).
         self.snapshot = snapshot and read_only
         # A read-only store that finds no -wal/-shm files leaves none behind (see close()).
         self._tidy_on_close = False
@@ -372,6 +356,7 @@ class SQLiteBackend:
         # indexes; from then on this store refuses every write.
         self.damaged: DatabaseMalformedError | None = None
         self._shut = False  # close() was called: no more open attempts
+        self._identity: str | None = None  # the file's real path, see lease_identity()
 
     async def open(self) -> None:
         """Open the connections and bring the schema up to date.
@@ -398,22 +383,20 @@ class SQLiteBackend:
                 raise StoreClosedError()
 
     async def _open_once(self) -> None:
-        self.config = load_config(self.home)
+        # Every file-system step of an open (config.yaml, directories, modes,
+        # the zeroed-file probe) runs on a worker thread, never on the loop.
+        self.config = await asyncio.to_thread(load_config, self.home)
+        # Resolved here, on the opening task: a turn's bound session settings are not visible on the connection threads.
+        cjk_wanted = cjk_fts_enabled(self.config)
         try:
+            uri = await asyncio.to_thread(self._prepare_files)
             if not self.read_only:
-                _preflight(self.path)
-                # Created 0600 here, not by SQLite under the umask; its -wal/-shm files take the same mode.
-                create_private_file(self.path)
                 self._writer_conn = await open_connection(str(self.path), timeout=WRITER_BUSY_TIMEOUT_MS / 1000)
-                self._facts = await run_on(self._writer_conn, _setup_writer, self.config, self.path.name, self.home)
-            elif self.path.is_dir():
-                raise sqlite3.OperationalError(f"unable to open database file: {self.path} is a directory")
-            elif not self.path.exists():
-                raise sqlite3.OperationalError(f"unable to open database file: {self.path} does not exist")
-            uri = self._reader_uri()
-            self._tidy_on_close = self.read_only and not uri.endswith("&immutable=1") and not _sidecars(self.path)
+                self._facts = await run_on(
+                    self._writer_conn, _setup_writer, self.config, self.path.name, self.home, cjk_wanted
+                )
             # Read-only stores have no writer; otherwise the readers follow the writer.
-            cjk = self.read_only or bool(self._facts.get("cjk"))
+            cjk = cjk_wanted and (self.read_only or bool(self._facts.get("cjk")))
             for _ in range(self.config.database.read_connections):
                 reader = await open_connection(uri, uri=True, timeout=READER_BUSY_TIMEOUT_MS / 1000)
                 self._lanes.append(_Lane(reader))
@@ -435,15 +418,61 @@ class SQLiteBackend:
                 raise DatabaseMalformedError(str(self.path), str(exc)) from exc
             raise
 
-    def _reader_uri(self) -> str:
+    async def rebind(self, dead: bool) -> None:
+        """Serve the event loop the store moved to; returns None.
+
+        The connections run on threads of their own and stay; the search
+        slots (an asyncio semaphore) are made anew. After a closed loop
+        (``dead``) the reads it abandoned no longer count against their lanes.
+        """
+        if dead:
+            for lane in self._lanes:
+                lane.busy = lane.searches = 0
+                lane.reads.clear()
+        if self._lanes:
+            self._search_slots = asyncio.Semaphore(max(1, len(self._lanes) - 1))
+
+    def _prepare_files(self) -> str:
+        """The file-system part of an open (on a worker thread); returns the readers' URI.
+
+        A writable store creates the directory and the file (0600, not
+        SQLite's umask mode; its -wal/-shm files take the same mode) after
+        the preflight checks; a read-only one only checks that the file is there.
+        """
+        if not self.read_only:
+            preflight(self.path)
+            create_private_file(self.path)
+        elif self.path.is_dir():
+            raise sqlite3.OperationalError(f"unable to open database file: {self.path} is a directory")
+        elif not self.path.exists():
+            raise sqlite3.OperationalError(f"unable to open database file: {self.path} does not exist")
+        self._identity = os.path.realpath(self.path)
         uri = self.path.absolute().as_uri() + "?mode=ro"
-        if self.snapshot and _idle_wal_file(self.path):
-            return uri + "&immutable=1"
-        return uri
+        immutable = self.snapshot and _idle_wal_file(self.path)
+        self._tidy_on_close = self.read_only and not immutable and not _sidecars(self.path)
+        return uri + "&immutable=1" if immutable else uri
 
     def lease_identity(self) -> str:
-        """The file, as every store in this process on it names it for turn-lease wake-ups."""
-        return os.path.realpath(self.path)
+        """The file, as every store in this process on it names it for turn-lease wake-ups.
+
+        Its real path, resolved on a worker thread when the store opened (the
+        lease methods run on an open store); before that, the path as given.
+        """
+        return self._identity or str(self.path)
+
+    def _wake_sockets(self) -> LeaseWakeSockets:
+        wake = self.__dict__.get("_wake")
+        if wake is None:
+            wake = self.__dict__["_wake"] = LeaseWakeSockets(self.path, self.lease_identity())
+        return wake
+
+    async def watch_lease_releases(self) -> bool:
+        """Listen for turn-lease releases of other processes on this host (once); returns whether it does."""
+        return await self._wake_sockets().ensure()
+
+    async def announce_lease_release(self, key: str) -> None:
+        """Wake the waiters of other processes on this host for the conversation whose wake key is ``key``."""
+        await self._wake_sockets().announce(key)
 
     def write_refusal(self) -> Exception | None:
         """The error every write raises before it is queued, once the file is known to be damaged."""
@@ -549,6 +578,9 @@ class SQLiteBackend:
 
     async def close(self) -> None:
         self._shut = True
+        wake = self.__dict__.get("_wake")
+        if wake is not None:
+            await wake.close()
         await self._release()
 
     async def _release(self) -> None:
@@ -568,7 +600,7 @@ class SQLiteBackend:
                 except Exception:
                     log.debug("checkpoint failed", exc_info=True)
             await writer.close()
-        if self._tidy_on_close and _sidecars(self.path):
+        if self._tidy_on_close:
             self._tidy_on_close = False
             try:
                 await asyncio.to_thread(_tidy_sidecars, self.path)

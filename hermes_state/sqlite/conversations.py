@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .queries.compression import continuation_sql
+from .script import run_script
 
 __all__ = ["CONVERSATION_TRIGGERS", "CONVERSATION_TRIGGERS_SQL", "backfill_conversation_ids", "same_conversation_sql"]
 
@@ -97,8 +98,6 @@ DROP TABLE temp.hermes_conversation_backfill;
 
 def backfill_conversation_ids(conn: Any) -> int:
     """Give every session without one its conversation id (inside the caller's transaction); returns how many."""
-    from .schema import run_script
-
     missing = conn.execute("SELECT COUNT(*) FROM sessions WHERE conversation_id IS NULL").fetchone()[0]
     if missing:
         run_script(conn, _BACKFILL_SQL)

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import WalUnsupportedError
 from .driver import is_sqlite_wal_reset_vulnerable
 
-__all__ = ["read_journal_mode", "apply_journal_mode", "apply_database_pragmas", "WAL_SIZE_LIMIT"]
+__all__ = ["read_journal_mode", "apply_journal_mode", "apply_config_pragmas", "apply_database_pragmas", "WAL_SIZE_LIMIT"]
 
 log = logging.getLogger("hermes_state.sqlite.journal")
 
@@ -104,12 +104,17 @@ def apply_journal_mode(conn: Any, configured: str = "wal", *, db_label: str = "s
     return _set_delete(conn, configured)
 
 
-def apply_database_pragmas(conn: Any, config: Any, *, busy_timeout_ms: int) -> None:
-    """Apply the optional integer pragmas of the ``database`` config section."""
+def apply_config_pragmas(conn: Any, config: Any) -> None:
+    """Apply the optional integer pragmas of the ``database`` config section (those it sets)."""
     for name in ("cache_size", "mmap_size", "temp_store", "wal_autocheckpoint", "journal_size_limit"):
         value = getattr(config, name, None)
         if value is not None:
             conn.execute(f"PRAGMA {name}={int(value)}")
+
+
+def apply_database_pragmas(conn: Any, config: Any, *, busy_timeout_ms: int) -> None:
+    """The store's own connections: the config pragmas, ``synchronous``, foreign keys and a busy timeout."""
+    apply_config_pragmas(conn, config)
     conn.execute(f"PRAGMA synchronous={getattr(config, 'synchronous', 'full').upper()}")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")

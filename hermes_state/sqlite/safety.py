@@ -1,4 +1,4 @@
-"""Open-time safety: a zeroed ``state.db`` is moved aside instead of failing every open.
+"""Open-time safety and repair: the preflight checks, zeroed files moved aside, damaged files repaired.
 
 A crash during a file-system level copy or a bad restore can leave a file of
 the right size full of NUL bytes. SQLite reports such a file as "not a
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,17 @@ from .repair_files import (
     set_aside,
 )
 
-from ..private_files import create_private_file, move_private
+from ..private_files import create_private_file, make_private_dirs, move_private
 
+# Synchronous: they run on worker threads (hermes_state.compat holds the
+# public coroutines of the same names) and in the hermes-state command.
 __all__ = [
-    "is_zeroed_state_db",
-    "quarantine_zeroed_state_db",
+    "is_zeroed_file",
+    "quarantine_zeroed_file",
     "get_last_init_error",
+    "preflight",
     "record_init_error",
-    "repair_state_db_schema",
+    "repair_database",
 ]
 
 log = logging.getLogger("hermes_state.sqlite.safety")
@@ -49,26 +53,49 @@ def get_last_init_error() -> str | None:
     return _last_init_error
 
 
-def is_zeroed_state_db(path: os.PathLike[str] | str) -> bool:
-    """True when the file exists, is not empty, and its first 100 bytes are all NUL."""
+def is_zeroed_file(path: os.PathLike[str] | str, probe_bytes: int = 100) -> bool:
+    """True when the file exists, is not empty, and its first ``probe_bytes`` bytes (at least 16) are all NUL."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(100)
+            head = handle.read(max(16, probe_bytes))
     except OSError:
         return False
     return len(head) > 0 and head.count(0) == len(head)
 
 
-def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
+def quarantine_zeroed_file(path: os.PathLike[str] | str) -> Path | None:
     """Move a zeroed database and its sidecars aside; returns the new path, or None if not zeroed."""
     path = Path(path)
-    if not is_zeroed_state_db(path):
+    if not is_zeroed_file(path):
         return None
     target = set_aside(path, f"zeroed-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", ".bak", move_private)
     notice = f"{path} was zeroed (all NUL bytes); moved aside to {target} and a fresh database was created"
     log.warning(notice)
     record_init_error(notice)
     return target
+
+
+def preflight(path: Path, label: str = "state.db") -> None:
+    """Before a writable open: create the parent directory (0700, see ``private_files``), move a
+    zeroed file aside, and fail early, and clearly, on unwritable paths (``sqlite3.OperationalError``)."""
+    parent = path.parent
+    if path.is_dir():
+        raise sqlite3.OperationalError(f"unable to open database file: {path} is a directory")
+    try:
+        make_private_dirs(parent)
+    except OSError as exc:
+        # The same wording as a read-only directory below, not a raw PermissionError.
+        raise sqlite3.OperationalError(
+            f"{label} is not writable: directory {parent} cannot be created for this user "
+            f"({exc.strerror or exc}). Fix its permissions or point the store at another path."
+        ) from None
+    quarantine_zeroed_file(path)
+    for kind, target in (("directory", parent), ("file", path), ("file", Path(f"{path}-wal")), ("file", Path(f"{path}-shm"))):
+        if target.exists() and not os.access(target, os.R_OK | os.W_OK):
+            raise sqlite3.OperationalError(
+                f"{label} is not writable: {kind} {target} is read-only for this user. "
+                "Fix its permissions or point the store at another path."
+            )
 
 
 def _integrity(conn: Any) -> str:
@@ -89,8 +116,11 @@ def _integrity(conn: Any) -> str:
     return "ok"
 
 
-def repair_state_db_schema(path: os.PathLike[str] | str, *, backup: bool = True) -> dict[str, Any]:
+def repair_database(path: os.PathLike[str] | str, *, backup: bool = True) -> dict[str, Any]:
     """Try to repair a damaged ``state.db`` in place; returns what was done and what was recovered.
+
+    The work behind ``hermes_state.repair_state_db_schema`` (a coroutine that
+    runs this on a worker thread); blocking, for threads and the command line.
 
     Close every store on the file first. With ``backup`` the file and its
     sidecars are copied aside (private files) before anything changes,

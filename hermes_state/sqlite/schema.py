@@ -13,8 +13,10 @@ from typing import Any
 from ..encoding import prompt_hash
 from .conversations import CONVERSATION_TRIGGERS_SQL, backfill_conversation_ids
 from .driver import driver_module
-from .search.fts_schema import (  # noqa: F401  (fts_triggers_sql is re-exported)
+from .script import run_script  # noqa: F401  (re-exported for the handlers)
+from .search.fts_schema import (  # noqa: F401  (fts_triggers_sql and FTS_STORAGE_VERSION are re-exported)
     ALL_TRIGGERS,
+    FTS_STORAGE_VERSION,
     BASE_TRIGGERS,
     base_tables_sql,
     drop_triggers,
@@ -28,7 +30,6 @@ __all__ = ["SCHEMA_VERSION", "SCHEMA_SQL", "FTS_STORAGE_VERSION", "prompt_hash",
 log = logging.getLogger("hermes_state.sqlite.schema")
 
 SCHEMA_VERSION = 25
-FTS_STORAGE_VERSION = 1
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -180,6 +181,16 @@ CREATE TABLE IF NOT EXISTS session_turn_leases (
     holder_started INTEGER
 );
 
+CREATE TABLE IF NOT EXISTS session_turn_waiters (
+    ticket INTEGER PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    holder_host TEXT,
+    holder_pid INTEGER,
+    holder_started INTEGER
+);
+
 CREATE TABLE IF NOT EXISTS async_delegations (
     delegation_id TEXT PRIMARY KEY,
     origin_session TEXT NOT NULL,
@@ -198,7 +209,10 @@ CREATE TABLE IF NOT EXISTS async_delegations (
     owner_started_at INTEGER,
     task_json TEXT,
     delivery_claim TEXT,
-    delivery_claimed_at REAL
+    delivery_claimed_at REAL,
+    origin_session_id TEXT NOT NULL DEFAULT '',
+    owner_instance_id TEXT,
+    lease_expires_at REAL
 );
 
 CREATE INDEX IF NOT EXISTS idx_sessions_source ON sessions(source);
@@ -212,6 +226,7 @@ CREATE INDEX IF NOT EXISTS idx_messages_assistant_calls_by_session
     WHERE role = 'assistant' AND tool_calls IS NOT NULL;
 CREATE INDEX IF NOT EXISTS idx_compression_locks_expires ON compression_locks(expires_at);
 CREATE INDEX IF NOT EXISTS idx_session_turn_leases_expires ON session_turn_leases(expires_at);
+CREATE INDEX IF NOT EXISTS idx_session_turn_waiters_conversation ON session_turn_waiters(conversation_id, ticket);
 CREATE INDEX IF NOT EXISTS idx_session_model_usage_session ON session_model_usage(session_id);
 CREATE INDEX IF NOT EXISTS idx_session_model_usage_model ON session_model_usage(model);
 CREATE INDEX IF NOT EXISTS idx_async_delegations_delivery
@@ -248,24 +263,6 @@ TITLE_INDEX_SQL = (
 # live in ``hermes_state.sqlite.search.fts_schema``; these names stay here
 # for code that builds the base schema by hand (bench/append.py).
 FTS_TABLES_SQL = base_tables_sql()
-
-
-def run_script(conn: Any, script: str) -> None:
-    """Execute each statement of ``script`` on ``conn``.
-
-    Unlike ``executescript`` this never commits first, so it can run inside
-    an open transaction.
-    """
-    complete = driver_module().complete_statement
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if complete(pending):
-            if pending.strip():
-                conn.execute(pending)
-            pending = ""
-    if pending.strip():
-        conn.execute(pending)
 
 
 # --------------------------------------------------------------------------- open

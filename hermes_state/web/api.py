@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .filters import PAGE_SIZE, BadRequest, is_session_id, list_filters, page_number, supports_hidden, text_param
-from .pages import SEARCH_PAGE
+from .pages import SEARCH_PAGE, session_total
 from .render import json_response
 from .transcript import message_id
 
@@ -31,14 +31,22 @@ def _limit(text: str | None) -> int:
 
 
 async def sessions_api(request: Request) -> Response:
-    """``GET /api/sessions``: the rows of ``/`` with the same filters (``list_sessions_rich`` shape)."""
+    """``GET /api/sessions``: the rows of ``/`` with the same filters (``list_sessions_rich`` shape).
+
+    The ``X-Total-Count`` header says how many sessions match (left out for a title search ``q``).
+    """
     db: Any = request.app.state.db
     try:
         filters = list_filters(request.query_params)
     except BadRequest as exc:
         return _error(400, str(exc))
-    rows = await db.list_sessions_rich(**filters.store_kwargs(hidden_supported=supports_hidden(db)))
-    return json_response(rows[:PAGE_SIZE])
+    hidden = supports_hidden(db)
+    rows = await db.list_sessions_rich(**filters.store_kwargs(hidden_supported=hidden))
+    response = json_response(rows[:PAGE_SIZE])
+    total = await session_total(db, filters, hidden)
+    if total is not None:
+        response.headers["x-total-count"] = str(total)
+    return response
 
 
 async def session_api(request: Request) -> Response:

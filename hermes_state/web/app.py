@@ -19,9 +19,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .api import search_api, session_api, sessions_api
-from .pages import search_page, session_page, sessions_page, tail_fragment, usage_page
+from .pages import highlight_stylesheet, search_page, session_page, sessions_page, tail_fragment, usage_page
 from .render import Renderer
-from .security import ASGIApp, Guard, TokenGate
+from .security import ASGIApp, Guard, HostRule, TokenGate
 
 __all__ = ["create_app", "STATIC"]
 
@@ -46,8 +46,13 @@ async def _server_error(request: Request, exc: Exception) -> Response:
                          detail=f"{type(exc).__name__}: {exc}")
 
 
-def create_app(db: Any, *, token: str | None = None, cookie_name: str = "hermes_state_token") -> ASGIApp:
-    """The viewer over ``db``; with ``token`` every request needs it (``?token=`` once, then a cookie)."""
+def create_app(
+    db: Any, *, token: str | None = None, cookie_name: str = "hermes_state_token", host: str = "127.0.0.1"
+) -> ASGIApp:
+    """The viewer over ``db``, answering requests addressed to ``host`` (or a loopback name).
+
+    With ``token`` every request needs it (a Bearer header, a cookie, or ``?token=``).
+    """
     routes = [
         Route("/", sessions_page),
         Route("/sessions/{session_id:path}", session_page),
@@ -57,10 +62,11 @@ def create_app(db: Any, *, token: str | None = None, cookie_name: str = "hermes_
         Route("/api/sessions", sessions_api),
         Route("/api/sessions/{session_id:path}", session_api),
         Route("/api/search", search_api),
+        Route("/assets/highlight.css", highlight_stylesheet),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found, Exception: _server_error})
     app.state.db = db
     app.state.renderer = Renderer()
     inner: ASGIApp = app if token is None else TokenGate(app, token, cookie_name)
-    return Guard(inner)
+    return Guard(inner, HostRule(host))

@@ -2,8 +2,10 @@
 
 Every value a template prints goes through ``finalize``, which replaces
 lone UTF-16 surrogates (which a stored string may hold and UTF-8 cannot
-encode) with U+FFFD, so no page fails to encode; then through Jinja's HTML
-escaping. JSON responses escape non-ASCII (lone surrogates included) the
+encode) with U+FFFD, so no page fails to encode, and shows invisible and
+bidi control characters as labels (:mod:`.reveal`); then through Jinja's
+HTML escaping. A value wrapped in :class:`Verbatim` (a form field's value,
+an id a script sends back) keeps those characters. JSON responses escape non-ASCII (lone surrogates included) the
 same way ``json.dumps`` does, so what the store holds comes back exactly.
 """
 
@@ -15,18 +17,30 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 from starlette.responses import HTMLResponse, Response
 
 from ..encoding import scrub_surrogates
-from .views import count, money, session_href
+from .reveal import reveal
+from .views import CUT_CHARS, count, money, session_href
 
-__all__ = ["Renderer", "json_response", "TEMPLATES"]
+__all__ = ["Renderer", "Verbatim", "json_response", "TEMPLATES"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
+class Verbatim(str):
+    """Text printed as stored (still escaped): for form values and ids that a script or form sends back."""
+
+
 def _finalize(value: Any) -> Any:
-    return scrub_surrogates(value) if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    if isinstance(value, Verbatim):
+        return scrub_surrogates(value)
+    shown = reveal(scrub_surrogates(value))
+    # Markup (rendered markdown) stays markup: the labels hold no HTML-special character.
+    return Markup(shown) if isinstance(value, Markup) else shown
 
 
 def _json_default(value: Any) -> Any:
@@ -54,7 +68,8 @@ class Renderer:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.globals.update(session_href=session_href, money=money, count=count, **globals_)
+        self.env.globals.update(session_href=session_href, money=money, count=count, cut_chars=CUT_CHARS, **globals_)
+        self.env.filters["verbatim"] = lambda value: Verbatim(value) if isinstance(value, str) else value
 
     def html(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         """The template ``name`` rendered with ``context``."""

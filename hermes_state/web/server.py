@@ -123,7 +123,7 @@ async def serve(target: Target, *, host: str, port: int, token: str | None) -> i
                 return stop.status
             sock = _bind(host, port)
             try:
-                app = create_app(db, token=token, cookie_name=f"hermes_state_token_{sock.getsockname()[1]}")
+                app = create_app(db, token=token, cookie_name=f"hermes_state_token_{sock.getsockname()[1]}", host=host)
                 config = uvicorn.Config(
                     app, lifespan="off", log_config=None, access_log=False, server_header=False,
                     proxy_headers=False, timeout_graceful_shutdown=GRACEFUL_SECONDS,

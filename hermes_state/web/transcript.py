@@ -1,10 +1,12 @@
-"""A transcript page: up to ``MESSAGE_PAGE`` rows, found by keyset paging on message ids.
+"""A transcript page: up to ``MESSAGE_PAGE`` rows, as numbered pages or found by keyset paging on message ids.
 
-``after=ID`` pages forwards (``get_messages(after_id=)``), ``before=ID``
-backwards (``get_messages(before_id=, latest=True)``), ``at=ID`` opens the
-page that starts with that message (where search hits link to). Every page
-holds inactive rows too (compacted or rewound), so compaction boundaries and
-the archived originals are on the page where they happened.
+``page=N`` opens page N of M (offset paging over every row, inactive ones
+included, so page numbers match ``message_count``); ``n=N`` is the page that
+holds the Nth message. ``after=ID`` pages forwards (``get_messages(after_id=)``),
+``before=ID`` backwards (``get_messages(before_id=, latest=True)``), ``at=ID``
+opens the page that starts with that message (where search hits link to).
+Every page holds inactive rows too (compacted or rewound), so compaction
+boundaries and the archived originals are on the page where they happened.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from .filters import BadRequest
 
-__all__ = ["MESSAGE_PAGE", "TAIL_ROWS", "TranscriptPage", "message_id", "transcript_page"]
+__all__ = ["MESSAGE_PAGE", "TAIL_ROWS", "TranscriptPage", "message_id", "numbered_page", "page_count", "transcript_page"]
 
 MESSAGE_PAGE = 100
 TAIL_ROWS = 200
@@ -25,11 +27,34 @@ class TranscriptPage:
     rows: list[dict[str, Any]]
     earlier: int | None  # ``before=`` of the previous page, when there is one
     later: int | None  # ``after=`` of the next page, when there is one
+    number: int | None = None  # N of "page N of M" (None on a keyset page)
+    pages: int = 1  # M
+    total: int = 0  # rows of the session, inactive ones included
 
     @property
     def last_id(self) -> int:
         """The newest id shown (0 for none): where the live tail continues."""
         return int(self.rows[-1]["id"]) if self.rows else 0
+
+    @property
+    def first_id(self) -> int:
+        """The oldest id shown (0 for none)."""
+        return int(self.rows[0]["id"]) if self.rows else 0
+
+    @property
+    def is_last(self) -> bool:
+        """Whether no row follows this page (new ones are appended here live)."""
+        return self.later is None
+
+    @property
+    def first_ordinal(self) -> int:
+        """The 1-based position of the first row in the session (numbered pages only; 0 otherwise)."""
+        return (self.number - 1) * MESSAGE_PAGE + 1 if self.number is not None and self.rows else 0
+
+
+def page_count(total: int) -> int:
+    """How many pages ``total`` rows make (at least one)."""
+    return max(1, -(-total // MESSAGE_PAGE))
 
 
 def message_id(text: str | None, name: str) -> int | None:
@@ -52,10 +77,27 @@ async def _forward(db: Any, session_id: str, after: int | None) -> TranscriptPag
     return TranscriptPage(rows, earlier, rows[-1]["id"] if more and rows else None)
 
 
+async def numbered_page(db: Any, session_id: str, number: int, total: int) -> TranscriptPage:
+    """Page ``number`` of the session's ``total`` rows (a number past the end opens the last page)."""
+    pages = page_count(total)
+    number = min(number, pages)
+    rows = await db.get_messages(session_id, include_inactive=True, limit=MESSAGE_PAGE, offset=(number - 1) * MESSAGE_PAGE)
+    earlier = rows[0]["id"] if rows and number > 1 else None
+    later = rows[-1]["id"] if rows and number < pages else None
+    return TranscriptPage(rows, earlier, later, number=number, pages=pages, total=total)
+
+
 async def transcript_page(
-    db: Any, session_id: str, *, after: int | None = None, before: int | None = None, at: int | None = None
+    db: Any, session_id: str, *, after: int | None = None, before: int | None = None, at: int | None = None,
+    total: int = 0,
 ) -> TranscriptPage:
-    """The page asked for: ``at`` wins over ``before``, which wins over ``after``; none is the first page."""
+    """The keyset page asked for: ``at`` wins over ``before``, which wins over ``after``; none is the first page."""
+    page = await _keyset(db, session_id, after=after, before=before, at=at)
+    page.total, page.pages = total, page_count(total)
+    return page
+
+
+async def _keyset(db: Any, session_id: str, *, after: int | None, before: int | None, at: int | None) -> TranscriptPage:
     if at is not None:
         return await _forward(db, session_id, max(at - 1, 0))
     if before is None:

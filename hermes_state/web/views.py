@@ -1,9 +1,10 @@
 """What the pages show, built from the public API's rows: messages, tool calls, folds, times and money.
 
-Nothing here produces HTML: the templates do, with autoescaping, so every
-value that came from the store reaches the page as text. This module only
-decides what to show (which images may be shown inline, what is folded,
-how arguments are pretty-printed) and formats numbers and times.
+The HTML of message bodies comes from :mod:`.markup` (markdown with stored
+HTML kept as text, Pygments' escaped highlighting); everything else reaches
+the page through the autoescaping templates. This module decides what to
+show (which images may be shown inline, what is markdown, code or JSON,
+what is folded or cut short) and formats numbers and times.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
+
+from markupsafe import Markup, escape
+
+from .markup import code_html, json_html, markdown_html
+from .outline import is_error
 
 __all__ = [
     "Block",
@@ -29,12 +35,16 @@ __all__ = [
     "count",
 ]
 
-# A tool result or JSON block longer than this is folded behind "show all".
+# A block longer than this (of any role) is folded behind "show all".
 FOLD_CHARS = 2000
 FOLD_LINES = 40
 # What a folded block shows before "show all".
 HEAD_CHARS = 800
 HEAD_LINES = 12
+# What a fold holds at most; the whole text is one click further, on a page of its own.
+CUT_CHARS = 100_000
+# Roles whose text is markdown; tool output is shown as code (or JSON), anything else as plain text.
+MARKDOWN_ROLES = frozenset({"user", "assistant", "system", "developer"})
 # Inline images: data: URLs of raster image types only (an SVG could carry links and scripts).
 KNOWN_ROLES = frozenset({"user", "assistant", "tool", "system", "developer"})
 INLINE_IMAGE_PREFIXES = tuple(f"data:image/{kind};" for kind in ("png", "jpeg", "jpg", "gif", "webp", "bmp", "avif"))
@@ -42,13 +52,21 @@ INLINE_IMAGE_PREFIXES = tuple(f"data:image/{kind};" for kind in ("png", "jpeg", 
 
 @dataclass
 class Block:
-    """One piece of a message body: ``kind`` is text, json, image, link or bytes."""
+    """One piece of a message body: ``kind`` is markdown, code, json, text, image, link or bytes.
+
+    ``html`` is the rendered body (the part a fold holds), ``head_html`` what
+    a folded block shows closed; ``cut`` says the fold holds only the first
+    ``CUT_CHARS`` characters of ``size``.
+    """
 
     kind: str
     text: str = ""
-    head: str = ""
     folded: bool = False
     size: int = 0
+    lines: int = 0
+    html: Markup = field(default_factory=Markup)
+    head_html: Markup = field(default_factory=Markup)
+    cut: bool = False
 
 
 @dataclass
@@ -74,6 +92,11 @@ class MessageView:
     reasoning: Block | None = None
     token_count: int | None = None
     finish_reason: str = ""
+    raw_href: str = ""
+    full_href: str = ""
+    timestamp: float | None = None
+    error: bool = False
+    open: bool = False  # its folds start open (a search hit landed here)
 
     @property
     def role_class(self) -> str:
@@ -127,13 +150,41 @@ def session_href(session_id: str) -> str:
     return "/sessions/" + quote(session_id, safe="")
 
 
-def _text_block(text: str, kind: str = "text", *, fold: bool = False) -> Block:
+def _html(kind: str, text: str) -> Markup:
+    if kind == "markdown":
+        return markdown_html(text)
+    if kind == "json":
+        return json_html(text)
+    if kind == "code":
+        return code_html(text)
+    return Markup('<div class="text" dir="auto">') + escape(text) + Markup("</div>")
+
+
+def _text_block(text: str, kind: str = "text", *, fold: bool = True) -> Block:
+    """A block of ``kind``; folded (head shown, at most ``CUT_CHARS`` inside) when long and ``fold``."""
     lines = text.count("\n") + 1
     long = len(text) > FOLD_CHARS or lines > FOLD_LINES
     if not (fold and long):
-        return Block(kind, text=text, size=len(text))
+        if kind == "markdown" and len(text) > CUT_CHARS:
+            kind = "text"  # a whole huge paste (its own page): plain text, markdown would take seconds
+        return Block(kind, text=text, size=len(text), lines=lines, html=_html(kind, text))
     head = "\n".join(text[:HEAD_CHARS].split("\n")[:HEAD_LINES])
-    return Block(kind, text=text, head=head, folded=True, size=len(text))
+    cut = len(text) > CUT_CHARS
+    return Block(kind, text=text, folded=True, size=len(text), lines=lines, cut=cut,
+                 html=_html(kind, text[:CUT_CHARS] if cut else text), head_html=_html(kind, head))
+
+
+def _tool_text(text: str, fold: bool) -> Block:
+    """Tool output: pretty JSON when it parses as a JSON object or array, else monospace as it came."""
+    if text.lstrip()[:1] in ("{", "[") and len(text) <= CUT_CHARS:
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            if isinstance(value, (dict, list)):
+                return _text_block(pretty_json(value), "json", fold=fold)
+    return _text_block(text, "code", fold=fold)
 
 
 def pretty_json(value: Any) -> str:
@@ -144,12 +195,12 @@ def pretty_json(value: Any) -> str:
         return str(value)
 
 
-def _part_blocks(part: Any, fold: bool) -> list[Block]:
+def _part_blocks(part: Any, kind_of_text: str, fold: bool) -> list[Block]:
     if not isinstance(part, Mapping):
         return [_text_block(pretty_json(part), "json", fold=fold)]
     kind = part.get("type")
     if isinstance(part.get("text"), str):
-        return [_text_block(part["text"], fold=fold)]
+        return [_text_block(part["text"], kind_of_text, fold=fold)]
     if kind in ("image_url", "input_image", "image"):
         raw = part.get("image_url")
         url = raw.get("url") if isinstance(raw, Mapping) else raw
@@ -160,17 +211,25 @@ def _part_blocks(part: Any, fold: bool) -> list[Block]:
     return [_text_block(pretty_json(part), "json", fold=fold)]
 
 
-def content_blocks(content: Any, *, fold: bool = False) -> list[Block]:
-    """The body of a message: text as text, multimodal parts one by one, anything else as JSON."""
+def text_kind(role: str) -> str:
+    """How a role's text is shown: markdown for people and models, code for tool output, else plain text."""
+    return "markdown" if role in MARKDOWN_ROLES else "code" if role == "tool" else "text"
+
+
+def content_blocks(content: Any, *, role: str = "", fold: bool = True) -> list[Block]:
+    """The body of a message: text by its role's kind, multimodal parts one by one, anything else as JSON."""
+    kind = text_kind(role)
     if content is None:
         return []
     if isinstance(content, str):
-        return [_text_block(content, fold=fold)] if content else []
+        if not content:
+            return []
+        return [_tool_text(content, fold) if kind == "code" else _text_block(content, kind, fold=fold)]
     if isinstance(content, (bytes, bytearray, memoryview)):
         data = bytes(content)
         return [Block("bytes", text=data[:64].hex(" "), size=len(data))]
     if isinstance(content, list):
-        return [block for part in content for block in _part_blocks(part, fold)]
+        return [block for part in content for block in _part_blocks(part, kind, fold)]
     return [_text_block(pretty_json(content), "json", fold=fold)]
 
 
@@ -207,14 +266,21 @@ def _reasoning(row: Mapping[str, Any]) -> Block | None:
     if not texts:
         return None
     # Both columns often hold the same text; show it once.
-    return _text_block("\n\n".join(dict.fromkeys(texts)))
+    return _text_block("\n\n".join(dict.fromkeys(texts)), "markdown")
 
 
-def message_view(row: Mapping[str, Any]) -> MessageView:
-    """Everything the transcript shows about one ``get_messages`` row."""
+def raw_href(session_id: str, message: int) -> str:
+    """The JSON API's URL of one message (the row as the store returns it)."""
+    return f"/api{session_href(session_id)}?after={max(message - 1, 0)}&limit=1"
+
+
+def message_view(row: Mapping[str, Any], *, fold: bool = True) -> MessageView:
+    """Everything the transcript shows about one ``get_messages`` row (``fold=False``: every block whole)."""
     role = str(row.get("role") or "")
     shown, iso = when(row.get("timestamp"))
     token_count = row.get("token_count")
+    session_id = str(row.get("session_id") or "")
+    stamp = row.get("timestamp")
     return MessageView(
         id=int(row["id"]),
         anchor=f"m{int(row['id'])}",
@@ -223,13 +289,17 @@ def message_view(row: Mapping[str, Any]) -> MessageView:
         compacted=bool(row.get("compacted", 0)),
         time=shown,
         iso=iso,
-        blocks=content_blocks(row.get("content"), fold=role == "tool"),
+        blocks=content_blocks(row.get("content"), role=role, fold=fold),
         tool_calls=tool_call_views(row.get("tool_calls")),
         tool_name=str(row.get("tool_name") or ""),
         tool_call_id=str(row.get("tool_call_id") or ""),
         reasoning=_reasoning(row),
         token_count=token_count if isinstance(token_count, int) else None,
         finish_reason=str(row.get("finish_reason") or ""),
+        raw_href=raw_href(session_id, int(row["id"])),
+        full_href=f"{session_href(session_id)}?full={int(row['id'])}",
+        timestamp=float(stamp) if isinstance(stamp, (int, float)) else None,
+        error=is_error(row),
     )
 
 

@@ -50,6 +50,38 @@ PIXEL = "data:image/png;base64," + base64.b64encode(
 ).decode()
 REMOTE_IMAGE = "https://images.example.invalid/cat.png"
 LONG_RESULT = "\n".join(f"line {n}: " + "x" * 60 for n in range(400))
+MARKDOWN = (
+    "## Plan\n\n**bold** and `inline code`\n\n| column a | column b |\n|---|---|\n| 1 | 2 |\n\n"
+    "```python\ndef answer():\n    return '<b>not bold</b>'\n```\n\n"
+    "[docs](https://docs.example.invalid/x) [bad](javascript:alert(1)) <b>raw html</b>"
+)
+LONG_ID = "session-" + "0123456789abcdef" * 8
+LONG_MODEL = "provider/" + "very-long-model-name-" * 9 + "v1"
+PASTED = "Try C# and c++ at https://docs.docker.com/compose/ in /srv/app when status=502"
+BIG_OUTPUT = "\n".join(f"log {n:04d} " + ("z" * 40 if n != 300 else "the kingfisher line") for n in range(1100))
+LONG_TURNS = 50  # five rows each: 250 rows, three pages
+
+
+def long_session_rows(start: float) -> list[dict[str, Any]]:
+    """Turns of a question, a tool call, its result (every seventh fails), an answer and a thanks; 1.5 s apart."""
+    rows: list[dict[str, Any]] = []
+    for k in range(LONG_TURNS):
+        call = {"id": f"call_{k}", "type": "function", "function": {"name": f"grep_{k % 3}", "arguments": json.dumps({"n": k})}}
+        result = "Error: no such file or directory" if k % 7 == 3 else (BIG_OUTPUT if k == 12 else f"found {k}")
+        rows += [
+            {"role": "user", "content": PASTED if k == 20 else f"question {k}"},
+            {"role": "assistant", "content": None, "tool_calls": [call], "token_count": 40},
+            {"role": "tool", "content": result, "tool_call_id": call["id"], "tool_name": call["function"]["name"]},
+            {"role": "assistant", "content": f"answer {k}", "token_count": 60},
+            {"role": "user", "content": f"thanks {k}"},
+        ]
+    for n, row in enumerate(rows):
+        row["timestamp"] = start + 1.5 * n
+    return rows
+
+
+# A 2 MB paste: 40,000 lines of 50 characters.
+PASTE = "\n".join(f"paste line {n:05d} " + "y" * 33 for n in range(40_000))
 
 
 @dataclass
@@ -100,6 +132,26 @@ async def seed(db: Any) -> Seeded:
         parent_session_id="parent", child_session_id="parent-2", source="cli",
         messages=[{"role": "user", "content": "continued after compression"}], compression_lock_holder="seed",
     )
+
+    # Markdown, a 2 MB paste, JSON tool output and a long reply.
+    await db.create_session("reading", "cli", model="gpt-test")
+    out.message_ids["markdown"] = await db.append_message("reading", "user", MARKDOWN)
+    out.message_ids["paste"] = await db.append_message("reading", "user", PASTE)
+    await db.append_message("reading", "tool", json.dumps({"status": 502, "ok": False, "body": "bad gateway"}),
+                            tool_name="http", tool_call_id="call_http")
+    out.message_ids["long_reply"] = await db.append_message("reading", "assistant", "A long answer. " * 300)
+
+    # Three pages of turns with tool calls, errors and a big folded tool output.
+    await db.create_session("long", "cli", model="gpt-test")
+    await db.set_session_title("long", "A long debugging session")
+    await db.append_messages_batch("long", long_session_rows(time.time() - 3600))
+    await db.update_token_counts("long", input_tokens=9000, output_tokens=1000, model="gpt-test", estimated_cost_usd=0.3)
+
+    # A long id and a 200-character model name: truncated on the page, never widening it.
+    await db.create_session(LONG_ID, "a-source-name-that-goes-on-and-on-and-on", model=LONG_MODEL)
+    await db.append_message(LONG_ID, "user", "| " + " | ".join(f"col{n}" for n in range(40)) + " |\n|"
+                            + "---|" * 40 + "\n| " + " | ".join("value-of-a-wide-table-cell" for _ in range(40)) + " |")
+    await db.update_token_counts(LONG_ID, input_tokens=10, model=LONG_MODEL, estimated_cost_usd=0.001)
 
     # An id with every character that means something in a URL.
     await db.create_session(URL_ID, "cli")

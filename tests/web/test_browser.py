@@ -34,8 +34,11 @@ TEMPLATE_TAGS = {
     "html", "head", "meta", "title", "link", "script", "body", "header", "a", "nav", "form", "input", "main", "h1",
     "h2", "dl", "div", "dt", "dd", "code", "section", "p", "ol", "ul", "li", "span", "time", "details", "summary",
     "table", "thead", "tbody", "tr", "th", "td", "strong", "footer", "img", "mark", "label", "select", "option",
-    "button", "svg", "rect", "line", "text", "figure", "figcaption",
+    "button", "svg", "rect", "line", "text", "figure", "figcaption", "pre",
 }
+# What the markdown renderer (raw HTML off, images off) may add from a message.
+MARKDOWN_TAGS = {"p", "em", "strong", "del", "s", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "hr", "br", "pre",
+                 "code", "ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td"}
 
 INERT_CHECK = """() => {
   const all = Array.from(document.querySelectorAll('*'));
@@ -57,7 +60,7 @@ def _inert(tab: Any, title: str) -> dict[str, Any]:
     """Assert that nothing on the page was made from content or ran; returns what was checked."""
     tab.wait_for_timeout(100)  # anything that could run has run
     found = tab.evaluate(INERT_CHECK)
-    assert set(found["tags"]) <= TEMPLATE_TAGS, set(found["tags"]) - TEMPLATE_TAGS
+    assert set(found["tags"]) <= TEMPLATE_TAGS | MARKDOWN_TAGS, set(found["tags"]) - TEMPLATE_TAGS - MARKDOWN_TAGS
     assert found["handlers"] == []
     assert found["scripts"] == ["/static/viewer.js"]
     assert found["jsLinks"] == []
@@ -84,7 +87,7 @@ def test_sessions_page_lists_and_links(tab: Any, viewer: Viewer, seeded_store: S
     assert "Compose outage" in labels and "compacted" in labels
     row = rows.filter(has_text="Compose outage")
     assert row.locator("td").nth(1).inner_text() == "cli" and row.locator("td").nth(2).inner_text() == "gpt-test"
-    assert row.locator("td").nth(3).inner_text() == "5" and row.locator("td").nth(5).inner_text() == "$0.0123"
+    assert row.locator("td").nth(3).inner_text() == "5" and row.locator("td").nth(6).inner_text() == "$0.0123"
     tab.select_option("select[name=source]", "telegram")
     tab.click("button[type=submit]")
     tab.wait_for_url(lambda url: "source=telegram" in url)
@@ -93,7 +96,7 @@ def test_sessions_page_lists_and_links(tab: Any, viewer: Viewer, seeded_store: S
     tab.click("text=Compose outage")
     tab.wait_for_url(viewer.base + "sessions/deploy")
     assert tab.locator("h1").inner_text() == "Compose outage"
-    _inert(tab, "Transcript")
+    _inert(tab, "Compose outage")
     _local_only(tab, viewer)
 
 
@@ -104,14 +107,14 @@ def test_transcript_shows_calls_results_reasoning_images_and_usage(tab: Any, vie
     assert call.locator(".json").inner_text() == '{\n  "command": "docker compose logs",\n  "tail": 50\n}'
     result = tab.locator("li.role-tool").first
     assert result.locator(".tool-name").inner_text() == "terminal"
-    full = result.locator("details.show-all .text")
+    full = result.locator("details.show-all pre.code")
     assert not full.is_visible() and result.locator(".head").inner_text().startswith("line 0: ")
     result.locator("details.show-all summary").click()
     assert full.is_visible() and full.inner_text().endswith("line 399: " + "x" * 60)
     reasoning = tab.locator("details.reasoning").first
-    assert not reasoning.locator(".text").is_visible()
+    assert not reasoning.locator(".md").is_visible()
     reasoning.locator("summary").click()
-    assert reasoning.locator(".text").inner_text() == "The logs will say which volume is missing."
+    assert reasoning.locator(".md").inner_text() == "The logs will say which volume is missing."
     image = tab.locator("img.inline-image")
     assert image.count() == 1 and image.get_attribute("src") == PIXEL
     assert tab.evaluate("() => document.querySelector('img.inline-image').naturalWidth") == 1
@@ -133,7 +136,7 @@ def test_compaction_boundary_and_archived_originals(tab: Any, viewer: Viewer) ->
     assert archived.locator("li").first.inner_text().count("original question 0 about walruses") == 1
     assert tab.locator(".boundary").count() == 1
     live = tab.locator(".boundary + ol.messages li")
-    assert [live.nth(i).locator(".text").inner_text() for i in range(live.count())] == [
+    assert [live.nth(i).locator(".content").inner_text() for i in range(live.count())] == [
         "summary of the walrus talk", "after the compaction"]
 
 
@@ -164,7 +167,7 @@ def test_search_highlights_and_lands_on_the_message(tab: Any, viewer: Viewer, se
     assert [m.inner_text() for m in hits.first.locator("mark").all()] == ["zebrafish"]
     message_id = seeded_store.seeded.message_ids["answer"]
     hits.first.locator("a.hit-link").click()
-    tab.wait_for_url(lambda url: url == f"{viewer.base}sessions/deploy?at={message_id}#m{message_id}")
+    tab.wait_for_url(lambda url: url == f"{viewer.base}sessions/deploy?at={message_id}&hl=zebrafish#m{message_id}")
     target = tab.locator(f"#m{message_id}")
     assert target.is_visible() and "zebrafish" in target.inner_text()
     assert tab.evaluate("() => document.querySelector(':target').id") == f"m{message_id}"
@@ -188,15 +191,23 @@ def test_usage_page_draws_the_chart_from_the_package(tab: Any, viewer: Viewer) -
 
 def test_hostile_content_stays_text_everywhere(tab: Any, viewer: Viewer) -> None:
     hostile_page = viewer.base + "sessions/" + quote(HOSTILE_ID, safe="")
-    for url, title in ((viewer.base, "Sessions"), (hostile_page, "Transcript"), (viewer.base + "usage", "Usage"),
+    for url, title in ((viewer.base, "Sessions"), (hostile_page, HOSTILE["script"][:90]), (viewer.base + "usage", "Usage"),
                        (viewer.base + "search?q=pwned", "Search"), (viewer.base + "search?q=onerror", "Search")):
         tab.goto(url)
         _inert(tab, title)
     tab.goto(hostile_page)
     assert tab.locator("h1").inner_text() == HOSTILE["script"][:90]
+    tab.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
     body = tab.locator("section.transcript").inner_text()
-    for name in ("script", "img", "js_link", "bidi", "zero_width", "style"):
+    # Markdown is rendered, the HTML inside it stays text.
+    assert '<svg onload="window.__pwned = 4"></svg>' in body and "<b>bold</b>" in body
+    assert "<!-- <script>window.__pwned = 5</script> -->" in body
+    for name in ("script", "img", "js_link", "style"):
         assert HOSTILE[name] in body, name
+    # Direction overrides and invisible characters are shown as labels, never applied.
+    assert "\u27e8RLO\u27e9evil reversed\u27e8PDF\u27e9 \u05e9\u05dc\u05d5\u05dd" in body
+    assert "zero\u27e8ZWSP\u27e9width\u200djoin\u27e8BOM\u27e9bom" in body
+    assert not set("\u202e\u202c\u200b\ufeff") & set(tab.content())
     assert "lone \ufffd surrogate" in body
     assert HOSTILE["long_line"] in body
     width = tab.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
@@ -216,7 +227,7 @@ def test_pages_work_without_javascript(browser: Any, viewer: Viewer) -> None:
         tab.wait_for_url(lambda url: "/sessions/deploy" in url)
         assert tab.locator("li.msg").count() == 5
         tab.locator("li.role-tool details.show-all summary").click()
-        assert tab.locator("li.role-tool details.show-all .text").is_visible()
+        assert tab.locator("li.role-tool details.show-all pre.code").is_visible()
         tab.fill("header input[name=q]", "walruses")
         tab.press("header input[name=q]", "Enter")
         tab.wait_for_url(lambda url: re.search(r"/search\?q=walruses$", url) is not None)
@@ -268,7 +279,7 @@ def test_live_tail_shows_what_another_process_writes(browser: Any, web_home: Pat
                 written = time.monotonic()
                 tab.wait_for_function("() => document.querySelectorAll('#tail li.msg').length === 3", timeout=2000)
                 assert time.monotonic() - written < 2.0
-                texts = [item.inner_text() for item in tab.locator("#tail li.msg .text").all()]
+                texts = [item.inner_text() for item in tab.locator("#tail li.msg .content").all()]
                 assert texts == [f"appended by another process {n}" for n in range(3)]
                 tab.wait_for_timeout(1500)  # later polls add nothing twice
                 assert tab.locator("li.msg").count() == 4

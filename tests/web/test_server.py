@@ -82,6 +82,16 @@ def test_listing_filters(viewer: Viewer) -> None:
     assert ids("?pinned=1") == []
     assert ids("?from=2000-01-01&to=2000-01-02") == []
     assert set(ids("?from=2000-01-01")) == set(everything)
+    assert ids("?tool=terminal") == ["deploy"]
+    assert ids("?min_messages=200") == ["long"]
+    assert ids("?sort=cost")[:2] == [HOSTILE_ID, "long"]
+    assert ids("?sort=messages")[0] == "long"
+    assert ids("?model=gpt-test&min_cost=0.01") == ["long", "deploy"]
+    status, headers, body = viewer.get("/api/sessions?model=gpt-test")
+    assert int(headers["x-total-count"]) == len(json.loads(body)) >= 5
+    for bad in ("sort=price", "min_cost=-1", "min_cost=nan", "min_messages=x"):
+        status, _, body = viewer.get("/api/sessions?" + bad)
+        assert status == 400 and bad.split("=")[0].encode() in body, bad
 
 
 def _sidecars(path: Path) -> list[str]:
@@ -159,7 +169,7 @@ def test_serve_is_in_the_help_and_imports_no_web_stack() -> None:
     import sys
 
     code = ("import sys, hermes_state.cli as c; c.build_parser(); "
-            "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2') if m in sys.modules))")
+            "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2', 'markdown_it', 'pygments') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
     from hermes_state.cli import build_parser

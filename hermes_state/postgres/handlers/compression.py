@@ -13,6 +13,8 @@ finds the row taken.
 
 from __future__ import annotations
 
+import asyncio
+
 import time
 from typing import Any
 
@@ -47,7 +49,8 @@ async def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tu
         "SELECT holder, expires_at, holder_host FROM compression_locks WHERE session_id = $1 FOR UPDATE", cmd.session_id
     )
     now = await conn.fetchval(f"SELECT {DB_NOW}")  # the database clock, after the row lock was granted
-    if row is not None and (row[1] < now or (is_local(row[2]) and holder_process_is_dead(row[0]))):
+    # A local holder's liveness is read from /proc, on a worker thread.
+    if row is not None and (row[1] < now or (is_local(row[2]) and await asyncio.to_thread(holder_process_is_dead, row[0]))):
         await conn.execute("DELETE FROM compression_locks WHERE session_id = $1 AND holder = $2", cmd.session_id, row[0])
         reclaimed = row[0]
     await conn.execute(

@@ -20,6 +20,7 @@ from ...commands.sessions import (
     UpsertSession,
 )
 from ...rules import RESET_REASONS, merged_model_config
+from ...tables import extra_column_names
 from .common import compact_json, gc_prompts, require_session, store_prompt
 from .registry import handles
 
@@ -37,6 +38,8 @@ _UPSERT_SQL = (
     + ", model_config = excluded.model_config"
     + ", system_prompt = CASE WHEN sessions.system_prompt_hash IS NULL AND excluded.system_prompt_hash IS NOT NULL"
     " THEN NULL ELSE sessions.system_prompt END"
+    # xmax is 0 on a row this statement inserted (another process may have created it since the SELECT).
+    " RETURNING xmax = 0"
 )
 _WORKSPACE_FIELDS = ("cwd", "git_repo_root", "git_branch", "profile_name")
 _IDENTITY_FIELDS = ("user_id", "session_key", "chat_id", "chat_type", "thread_id", "display_name", "origin_json")
@@ -62,7 +65,11 @@ async def upsert_session(conn: Any, cmd: UpsertSession) -> str:
     config = cmd.model_config if stored is None else merged_model_config(stored[0], cmd.model_config)
     values = [cmd.session_id, cmd.source, cmd.user_id, cmd.started_at, config]
     values.extend(getattr(cmd, c) for c in _FILL_ONLY)
-    await conn.execute(_UPSERT_SQL, *values)
+    inserted = await conn.fetchval(_UPSERT_SQL, *values)
+    if inserted and cmd.columns:
+        names = extra_column_names(cmd.columns)
+        sets = ", ".join(f"{n} = ${i}" for i, n in enumerate(names, 2))
+        await conn.execute(f"UPDATE sessions SET {sets} WHERE id = $1", cmd.session_id, *(v for _, v in cmd.columns))
     if cmd.parent_session_id is not None:
         await _inherit_from_parent(conn, cmd.session_id)
     if cmd.system_prompt is not None:

@@ -10,7 +10,10 @@ from ..content import from_columns
 from ..schema import TABLES
 from .registry import query
 
-__all__ = ["MESSAGE_SELECT", "conversation_rows", "get_messages", "get_meta", "get_session", "message_count", "message_dict"]
+__all__ = [
+    "MESSAGE_SELECT", "conversation_rows", "get_messages", "get_meta", "get_session", "message_count", "message_dict",
+    "message_storage_state",
+]
 
 # Every column a SQLite ``SELECT * FROM messages`` returns, plus the content kind columns.
 _PUBLIC_MESSAGE_COLUMNS = tuple(name for name, _ in TABLES["messages"] if name not in ("content_kind", "content_bytes"))
@@ -123,6 +126,12 @@ async def message_count(conn: Any, session_id: str | None) -> int:
     if session_id:
         return int(await conn.fetchval("SELECT COUNT(*) FROM messages WHERE session_id = $1", session_id))
     return int(await conn.fetchval("SELECT COUNT(*) FROM messages"))
+
+
+@query
+async def message_storage_state(conn: Any, message_id: int) -> dict[str, Any] | None:
+    record = await conn.fetchrow("SELECT session_id, active, compacted FROM messages WHERE id = $1", message_id)
+    return None if record is None else dict(record)
 
 
 @query

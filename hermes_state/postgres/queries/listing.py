@@ -83,6 +83,16 @@ def listable_sql(alias: str = "s") -> str:
     return f"(({a}.parent_session_id IS NULL OR {branch} OR {reset}) AND {marker_sql(a, '_delegate_from')} IS NULL)"
 
 
+# A session's cost as the lists show it: the actual cost when one was recorded, else the estimate.
+SESSION_COST_SQL = "COALESCE(NULLIF(s.actual_cost_usd, 0), s.estimated_cost_usd, 0)"
+# ``list_sessions_rich(sort=...)``: each order ends with the default one, so pages are stable.
+SESSION_ORDER = {
+    "started": "s.started_at DESC, s.id DESC",
+    "cost": f"{SESSION_COST_SQL} DESC, s.started_at DESC, s.id DESC",
+    "messages": "s.message_count DESC, s.started_at DESC, s.id DESC",
+}
+
+
 def session_filters(opts: dict[str, Any], params: Params, *, listable: bool) -> list[str]:
     """WHERE clauses shared by ``list_sessions_rich`` and the counters (alias ``s``)."""
     where: list[str] = []
@@ -112,6 +122,13 @@ def session_filters(opts: dict[str, Any], params: Params, *, listable: bool) -> 
         where.append(f"s.started_at >= {params.add(opts['started_after'])}")
     if opts.get("started_before") is not None:
         where.append(f"s.started_at < {params.add(opts['started_before'])}")
+    if opts.get("model"):
+        where.append(f"s.model = {params.add(opts['model'])}")
+    if opts.get("tool_name"):
+        where.append("EXISTS (SELECT 1 FROM messages AS tm WHERE tm.session_id = s.id "
+                     f"AND tm.tool_name = {params.add(opts['tool_name'])})")
+    if opts.get("min_cost") is not None:
+        where.append(f"{SESSION_COST_SQL} >= {params.add(opts['min_cost'])}")
     return where
 
 
@@ -256,12 +273,13 @@ async def list_sessions_rich(conn: Any, opts: dict[str, Any]) -> list[dict[str, 
         sql = _chain_query(opts, base, params)
     else:
         # Page the ids first, so previews and activity are computed for the page only.
+        order = SESSION_ORDER[opts.get("sort") or "started"]
         page = (
-            f"(SELECT s.id FROM sessions AS s {_where(base)} ORDER BY s.started_at DESC, s.id DESC "
+            f"(SELECT s.id FROM sessions AS s {_where(base)} ORDER BY {order} "
             f"LIMIT {params.add(opts['limit'])} OFFSET {params.add(opts['offset'])}) AS page "
             "JOIN sessions AS s ON s.id = page.id"
         )
-        sql = f"{_rich_select(compact, rows=page)} ORDER BY s.started_at DESC, s.id DESC"
+        sql = f"{_rich_select(compact, rows=page)} ORDER BY {order}"
     rows = await rich_rows(conn, sql, params.values)
     if opts.get("include_pinned"):
         seen = {r["id"] for r in rows}

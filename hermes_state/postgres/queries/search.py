@@ -32,15 +32,18 @@ from typing import Any, NamedTuple
 from ...previews import context_text
 from ...search_text.sanitize import (
     OPERATORS,
+    BooleanGroup,
     contains_cjk,
     count_cjk,
     like_pattern,
+    literal_groups,
+    needs_literal,
     plain_tokens,
     quote_for_substring_index,
     sanitize_fts5_query,
     trigram_eligible,
 )
-from ...search_text.snippet import bounded_snippet, phrase_pattern
+from ...search_text.snippet import bounded_snippet, literal_snippet, phrase_pattern
 from ..content import from_columns
 from ..schema import SEARCH_COLUMN
 from ..search_schema import CJK_ROWS, TRIGRAM_DOCUMENT
@@ -50,6 +53,7 @@ from .search_form import match_fraction, prefer_bitmap, term_stats
 
 __all__ = [
     "CUSTOM_PLANS",
+    "count_search_rows",
     "RANK_WINDOW",
     "fts_layout_name",
     "fts_markers",
@@ -164,6 +168,8 @@ class _Search(NamedTuple):
     include_inactive: bool
     with_snippet: bool
     with_context: bool = False
+    # The user's text as literal substring groups, when word search cannot find it as typed.
+    literal: tuple[BooleanGroup, ...] | None = None
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -536,6 +542,79 @@ async def _substring_hits(conn: Any, req: _Search, raw: str) -> list[dict[str, A
     return [_hit(r, pattern, True, req.with_context) for r in rows]
 
 
+def _literal_match(groups: tuple[BooleanGroup, ...], first: int = 0) -> Match:
+    """(condition, parameters): some group has all its positive terms and none of its negative
+    ones as substrings of content, tool_name or tool_calls (tool rows included).
+
+    Placeholders start after ``first`` (parameters bound before these)."""
+    params: list[Any] = [None] * first
+    ors = []
+    for group in groups:
+        ands = [_substring_term(params, t, False) for t in dict.fromkeys(group.positive)]
+        ands += [f"NOT {_substring_term(params, t, False)}" for t in dict.fromkeys(group.negative)]
+        ors.append("(" + " AND ".join(ands) + ")")
+    return "(" + " OR ".join(ors) + ")", params[first:]
+
+
+def _literal_among_words(req: _Search) -> Match | None:
+    """The literal match over word search's hits only (None when word search cannot run the query).
+
+    Text that holds a literal term also holds the words the sanitizer made of it, so a query
+    word search answers loosely (``c++`` as ``c``, ``TODO: fix``) needs no scan of every row.
+    """
+    if not req.literal or not req.query or _fts5_rejects(req.query):
+        return None
+    tsq, params = tsquery_parts(req.query)
+    if tsq is None:
+        return None
+    match, literal_params = _literal_match(req.literal, len(params))
+    return f"m.{SEARCH_COLUMN} @@ ({tsq}) AND {match}", [*params, *literal_params]
+
+
+async def _precise_hits(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
+    """The literal hits of a query word search answers loosely, or None when there are none."""
+    among = _literal_among_words(req)
+    if among is None:
+        return None
+    if req.offset:  # whether this route answers must not depend on the page asked for
+        probe = req._replace(limit=1, offset=0)
+        if not await _fetch_planned(conn, _statement(probe, among[0], list(among[1]), _literal_order(req))):
+            return None
+    hits = await _literal_hits(conn, req, among)
+    return None if not hits and not req.offset else hits
+
+
+def _literal_order(req: _Search) -> str:
+    """Without a ``sort``, the most recently stored rows first (the primary key's order, read
+    backwards until the page is full); else the time order asked for."""
+    if req.sort in ("newest", "oldest"):
+        return f"m.timestamp {_direction(req)}, m.id {_direction(req)}"
+    return "m.id DESC"
+
+
+async def _literal_hits(conn: Any, req: _Search, among: Match | None = None) -> list[dict[str, Any]]:
+    """What word search cannot find as typed (``C#``, ``status=502``, a URL): every term a literal
+    substring (OR/NOT kept), tool rows included, most recently stored first (or in the time
+    order ``sort`` asks for). ``among``: only among word search's hits. Hits are marked in the snippet.
+    """
+    if not req.literal:
+        return []
+    match = among if among is not None else _literal_match(req.literal)
+    if among is None and req.sort in ("newest", "oldest"):
+        rows = await _run_in_time_order(conn, req, match, match, _direction(req))
+    else:
+        rows = await _fetch_planned(conn, _statement(req, match[0], list(match[1]), _literal_order(req)))
+    # Statements in (timestamp, id) order bring the context windows; the caller looks up the others.
+    with_windows = req.with_context and _literal_order(req) in _TIME_ORDERS
+    hits = [_hit(r, None, True, with_windows) for r in rows]
+    if req.with_snippet:
+        terms = [term for group in req.literal for term in group.positive]
+        for hit, record in zip(hits, rows):
+            texts = [_plain(hit["content"]), record["tool_name"] or "", record["tool_calls"] or ""]
+            hit["snippet"] = literal_snippet(texts, terms)
+    return hits
+
+
 def _fts5_rejects(match: str) -> bool:
     """True where FTS5 raises a syntax error: an unquoted term with a character no bareword may hold.
 
@@ -552,18 +631,25 @@ def _fts5_rejects(match: str) -> bool:
 
 async def _route(conn: Any, req: _Search) -> tuple[str, list[dict[str, Any]]]:
     raw = req.query.strip('"').strip()
+    if not req.query:  # nothing left for word search (":)", "()"): only the literal match can answer
+        return "literal", await _literal_hits(conn, req)
     if contains_cjk(req.query):
         cjk_tokens = [tok for tok in plain_tokens(raw) if contains_cjk(tok)]
         if count_cjk(raw) >= 3 and all(count_cjk(tok) >= 3 for tok in cjk_tokens) and not req.wants_tool_rows:
             return "trigram", await _substring_hits(conn, req, raw)
         return "like_scan", await _cjk_like(conn, req, raw)
-    if _fts5_rejects(req.query):
-        return "fts5", []
-    hits = await _word_hits(conn, req)
-    if not hits and not req.wants_tool_rows and trigram_eligible(req.query):
+    precise = await _precise_hits(conn, req)
+    if precise is not None:
+        return "literal", precise
+    hits = [] if _fts5_rejects(req.query) else await _word_hits(conn, req)
+    route = "fts5"
+    if not hits and not req.wants_tool_rows and trigram_eligible(req.query) and not _fts5_rejects(req.query):
         # A substring finds what word tokenization cannot ("cker" in "docker").
-        return "trigram", await _substring_hits(conn, req, raw)
-    return "fts5", hits
+        hits, route = await _substring_hits(conn, req, raw), "trigram"
+    if not hits and req.literal:  # typed as stored ("C#", "status=502"), it is found literally
+        hits = await _literal_hits(conn, req)
+        route = "literal" if hits else route
+    return route, hits
 
 
 # The message before and after a hit in its session (any active state), as columns of the hit's row.
@@ -612,6 +698,87 @@ async def _contexts(conn: Any, hits: list[dict[str, Any]]) -> dict[int, list[dic
     return {hit["id"]: _window(by_id.get(hit["id"]), hit) for hit in hits}
 
 
+def _request(
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    limit: int,
+    offset: int,
+    sort: str | None,
+    include_inactive: bool,
+    with_snippet: bool,
+    with_context: bool,
+) -> _Search | None:
+    """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
+    sanitized = sanitize_fts5_query(text)
+    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+        return None
+    return _Search(
+        sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context, literal
+    )
+
+
+def _route_match(req: _Search, route: str) -> Match | None:
+    """(condition, parameters) on ``m`` that ``route`` matches for ``req`` (None: nothing)."""
+    raw = req.query.strip('"').strip()
+    if route == "fts5":
+        tsq, params = tsquery_parts(req.query)
+        return None if tsq is None else (f"m.{SEARCH_COLUMN} @@ ({tsq})", params)
+    if route == "trigram":
+        return _substring_statement(req, raw)
+    if route == "like_scan":
+        return _cjk_like_match(raw)[0]
+    if route == "literal" and req.literal:
+        return _literal_match(req.literal)
+    return None
+
+
+@query_begun_with(CUSTOM_PLANS)
+async def count_search_rows(
+    conn: Any,
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    include_inactive: bool,
+    cap: int,
+    repairable: bool,
+) -> int:
+    """How many messages ``search_messages`` returns for these arguments over all its pages, up to ``cap``.
+
+    The route is the one ``search_messages`` takes (asked for one hit); the
+    count is that route's condition with the same filters, stopped at ``cap``.
+    """
+    req = _request(text, sources, excluded, roles, 1, 0, None, include_inactive, False, False)
+    if req is None or cap <= 0:
+        return 0
+    route, hits = await _route(conn, req)
+    if not hits:
+        return 0
+    if route == "literal":
+        # The search answered from word search's hits when any held the literal text (see _precise_hits).
+        among = _literal_among_words(req)
+        found = await _count_matching(conn, req, among, cap) if among is not None else 0
+        if found:
+            return found
+    return await _count_matching(conn, req, _route_match(req, route), cap)
+
+
+async def _count_matching(conn: Any, req: _Search, match: Match | None, cap: int) -> int:
+    if match is None:
+        return 0
+    params = list(match[1])
+    where = [match[0], *req.filters(params)]
+    params.append(cap)
+    sql = (
+        "SELECT count(*) FROM (SELECT 1 FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join(where)} LIMIT ${len(params)}) AS c"
+    )
+    return int(await conn.fetchval(sql, *params))
+
+
 @query_begun_with(CUSTOM_PLANS)
 async def search_messages_rows(
     conn: Any,
@@ -633,10 +800,9 @@ async def search_messages_rows(
     ``repairable`` is accepted for parity: a GIN index cannot be corrupt in the FTS5 sense.
     """
     started = time.perf_counter()
-    sanitized = sanitize_fts5_query(text)
-    if not sanitized or limit <= 0 or (sources is not None and not sources):
+    req = _request(text, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context)
+    if req is None:
         return []
-    req = _Search(sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context)
     route, hits = await _route(conn, req)
     # The relevance statement brings the context windows with the hits; other routes ask for them.
     pending = [hit for hit in hits if "context" not in hit] if with_context else []

@@ -17,10 +17,21 @@ LEFT JOIN session_turn_leases AS l ON l.conversation_id = k.key
 """
 
 
+_AHEAD_SQL = (
+    "SELECT expires_at, holder_host, holder_pid, holder_started FROM session_turn_waiters "
+    "WHERE conversation_id = $1 AND ticket < $2 ORDER BY ticket LIMIT $3"
+)
+AHEAD_LIMIT = 16
+
+
 @query
-async def turn_lease_state(conn: Any, session_id: str) -> dict[str, Any]:
-    """The conversation id of ``session_id`` and its lease row (holder None when free), with the database clock's ``now``."""
-    return dict(await conn.fetchrow(_STATE_SQL, session_id))
+async def turn_lease_state(conn: Any, session_id: str, ticket: int | None = None) -> dict[str, Any]:
+    """The conversation id of ``session_id``, its lease row (holder None when free), the database clock's ``now``
+    and ``ahead``, the waiters queued before ``ticket`` (see the SQLite query)."""
+    state = dict(await conn.fetchrow(_STATE_SQL, session_id))
+    bound = ticket if ticket is not None else 1 << 62
+    state["ahead"] = [tuple(r) for r in await conn.fetch(_AHEAD_SQL, state["conversation_id"], bound, AHEAD_LIMIT)]
+    return state
 
 
 @query

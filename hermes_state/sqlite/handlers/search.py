@@ -18,7 +18,9 @@ from ...commands.search import (
     ResetStaleCjkIndex,
     SettleFtsStorage,
 )
-from ..schema import FTS_STORAGE_VERSION, SCHEMA_VERSION, run_script
+from ..schema import SCHEMA_VERSION
+from ..script import run_script
+from ..search.fts_schema import FTS_STORAGE_VERSION
 from ..search.fts_schema import (
     BASE_KEYS,
     BASE_TRIGGERS,

@@ -14,6 +14,7 @@ from ...commands.sessions import (
     UpsertSession,
 )
 from ...rules import RESET_REASONS, merged_model_config
+from ...tables import extra_column_names
 from .common import gc_prompts, require_session, store_prompt
 from .registry import handles
 
@@ -43,6 +44,12 @@ def upsert_session(conn: Any, cmd: UpsertSession) -> str:
     values = [cmd.session_id, cmd.source, cmd.user_id, cmd.started_at, config]
     values.extend(getattr(cmd, c) for c in _FILL_ONLY)
     conn.execute(_UPSERT_SQL, (*values, config))
+    if stored is None and cmd.columns:
+        names = extra_column_names(cmd.columns)
+        conn.execute(
+            f"UPDATE sessions SET {', '.join(f'{n} = ?' for n in names)} WHERE id = ?",
+            (*(value for _, value in cmd.columns), cmd.session_id),
+        )
     if cmd.parent_session_id is not None:
         _inherit_from_parent(conn, cmd.session_id)
     if cmd.system_prompt is not None:

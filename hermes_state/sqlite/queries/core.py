@@ -26,6 +26,7 @@ __all__ = [
     "fetch_dicts",
     "fetch_messages",
     "get_session",
+    "message_storage_state",
     "get_messages",
     "conversation_rows",
     "message_count",
@@ -198,6 +199,12 @@ def message_count(conn: Any, session_id: str | None) -> int:
     if session_id:
         return int(conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0])
     return int(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+
+
+@query
+def message_storage_state(conn: Any, message_id: int) -> dict[str, Any] | None:
+    rows = fetch_dicts(conn, "SELECT session_id, active, compacted FROM messages WHERE id = ?", (message_id,))
+    return rows[0] if rows else None
 
 
 @query

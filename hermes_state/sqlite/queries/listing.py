@@ -85,6 +85,16 @@ def listable_sql(alias: str = "s") -> str:
     )
 
 
+# A session's cost as the lists show it: the actual cost when one was recorded, else the estimate.
+SESSION_COST_SQL = "COALESCE(NULLIF(s.actual_cost_usd, 0), s.estimated_cost_usd, 0)"
+# ``list_sessions_rich(sort=...)``: each order ends with the default one, so pages are stable.
+SESSION_ORDER = {
+    "started": "s.started_at DESC, s.id DESC",
+    "cost": f"{SESSION_COST_SQL} DESC, s.started_at DESC, s.id DESC",
+    "messages": "s.message_count DESC, s.started_at DESC, s.id DESC",
+}
+
+
 def session_filters(opts: dict[str, Any], *, listable: bool) -> tuple[list[str], list[Any]]:
     """WHERE clauses shared by ``list_sessions_rich`` and ``session_count`` (alias ``s``)."""
     where: list[str] = []
@@ -123,6 +133,15 @@ def session_filters(opts: dict[str, Any], *, listable: bool) -> tuple[list[str],
     if opts.get("started_before") is not None:
         where.append("s.started_at < ?")
         params.append(opts["started_before"])
+    if opts.get("model"):
+        where.append("s.model = ?")
+        params.append(opts["model"])
+    if opts.get("tool_name"):
+        where.append("EXISTS (SELECT 1 FROM messages AS tm WHERE tm.session_id = s.id AND tm.tool_name = ?)")
+        params.append(opts["tool_name"])
+    if opts.get("min_cost") is not None:
+        where.append(f"{SESSION_COST_SQL} >= ?")
+        params.append(opts["min_cost"])
     return where, params
 
 
@@ -270,11 +289,12 @@ def list_sessions_rich(conn: Any, opts: dict[str, Any]) -> list[dict[str, Any]]:
             sql, params = _chain_query(opts, base, base_params)
         else:
             # Page the ids first, so previews and activity are computed for the page only.
+            order = SESSION_ORDER[opts.get("sort") or "started"]
             page = (
-                f"(SELECT s.id FROM sessions AS s {_where(base)} ORDER BY s.started_at DESC, s.id DESC "
+                f"(SELECT s.id FROM sessions AS s {_where(base)} ORDER BY {order} "
                 "LIMIT ? OFFSET ?) AS page JOIN sessions AS s ON s.id = page.id"
             )
-            sql = f"{_rich_select(compact, rows=page)} ORDER BY s.started_at DESC, s.id DESC"
+            sql = f"{_rich_select(compact, rows=page)} ORDER BY {order}"
             params = [*base_params, opts["limit"], opts["offset"]]
         rows = rich_rows(conn, sql, params)
         if opts.get("include_pinned"):

@@ -29,12 +29,16 @@ from ..search.fts_schema import (
 )
 from ..search.recovery import is_fts_corruption_error
 from ...search_text.sanitize import (
+    BooleanGroup,
     boolean_groups,
     contains_cjk,
     count_cjk,
     gap_terms,
     has_lone_cjk_run,
     like_pattern,
+    literal_groups,
+    literal_prefilter,
+    needs_literal,
     plain_tokens,
     quote_for_substring_index,
     sanitize_fts5_query,
@@ -46,6 +50,7 @@ from ...search_text.snippet import (
     MAX_FTS5_SNIPPET_HITS,
     bounded_snippet,
     hits_exceed,
+    literal_snippet,
     phrase_pattern,
     query_phrases,
 )
@@ -58,6 +63,7 @@ __all__ = [
     "fts_markers",
     "fts_optimize_pending",
     "fts_storage_unsettled",
+    "count_search_rows",
     "is_fts_corruption_error",
     "search_messages_rows",
     "search_sessions_rows",
@@ -92,6 +98,8 @@ class _Search(NamedTuple):
     repairable: bool
     with_snippet: bool
     with_context: bool
+    # The user's text as literal substring groups, when word search cannot find it as typed.
+    literal: tuple[BooleanGroup, ...] | None = None
 
     @property
     def wants_tool_rows(self) -> bool:
@@ -422,6 +430,30 @@ def _distinct(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+# The rows a literal match reads: every message, or (with its MATCH first) those word search found.
+_ALL_ROWS = "messages AS m"
+_WORD_ROWS = "messages_fts JOIN messages AS m ON m.id = messages_fts.rowid"
+
+
+def _like_rows(
+    conn: Any,
+    req: _Search,
+    match_sql: str,
+    match_params: list[Any],
+    order: str,
+    limit: int,
+    offset: int,
+    rows: str = _ALL_ROWS,
+) -> list[Any]:
+    where, params = req.filters()
+    where.insert(0, match_sql)
+    sql = (
+        f"SELECT {_HIT_COLUMNS} FROM {rows} JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+    )
+    return conn.execute(sql, [*match_params, *params, limit, offset]).fetchall()
+
+
 def _like_hits(
     conn: Any,
     req: _Search,
@@ -432,29 +464,26 @@ def _like_hits(
     limit: int,
     offset: int,
 ) -> list[dict[str, Any]]:
-    where, params = req.filters()
-    where.insert(0, match_sql)
-    sql = (
-        f"SELECT {_HIT_COLUMNS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
-        f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
-    )
-    rows = conn.execute(sql, [*match_params, *params, limit, offset]).fetchall()
+    rows = _like_rows(conn, req, match_sql, match_params, order, limit, offset)
     return [_hit(row, _like_snippet(row[3], snippet_term) if req.with_snippet else None) for row in rows]
+
+
+def _cjk_like_sql(raw: str) -> tuple[str, list[Any], str]:
+    """(condition, parameters, first token) of the CJK LIKE route: any token occurs literally."""
+    tokens = _distinct(plain_tokens(raw) or [raw])
+    params = [like_pattern(tok) for tok in tokens for _ in range(3)]
+    return _combine([_term_match_sql()] * len(tokens), "OR"), params, tokens[0]
 
 
 def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     """CJK substring fallback: any token occurs literally (spec §4.3 step 3)."""
-    tokens = _distinct(plain_tokens(raw) or [raw])
-    params = [like_pattern(tok) for tok in tokens for _ in range(3)]
-    match = _combine([_term_match_sql()] * len(tokens), "OR")
-    return _like_hits(conn, req, match, params, tokens[0], "m.timestamp DESC", req.limit, req.offset)
+    match, params, first = _cjk_like_sql(raw)
+    return _like_hits(conn, req, match, params, first, "m.timestamp DESC", req.limit, req.offset)
 
 
-def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
-    """Boolean LIKE scan served while the FTS index is detached (spec §4.6)."""
-    groups = boolean_groups(req.query)
-    if not groups:
-        return []
+def _groups_sql(groups: Sequence[BooleanGroup]) -> tuple[str, list[Any]]:
+    """(condition, parameters): some group has all its positive terms and none of its negative
+    ones as substrings of content, tool_name or tool_calls (LIKE: ASCII case-insensitive)."""
     clauses: list[str] = []
     params: list[Any] = []
     for group in groups:
@@ -462,17 +491,101 @@ def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
         parts = [_term_match_sql()] * len(positive) + [_term_match_sql(negate=True)] * len(negative)
         params.extend(like_pattern(term) for term in positive + negative for _ in range(3))
         clauses.append(_combine(parts, "AND"))
+    return _combine(clauses, "OR"), params
+
+
+def _time_order(req: _Search) -> str:
     direction = "ASC" if req.sort == "oldest" else "DESC"
-    return _like_hits(
-        conn,
-        req,
-        _combine(clauses, "OR"),
-        params,
-        groups[0].positive[0],
-        f"m.timestamp {direction}, m.id {direction}",
-        req.limit,
-        req.offset,
-    )
+    return f"m.timestamp {direction}, m.id {direction}"
+
+
+def _stale_groups(req: _Search) -> Sequence[BooleanGroup]:
+    return req.literal or boolean_groups(req.query)
+
+
+def _stale_like(conn: Any, req: _Search) -> list[dict[str, Any]]:
+    """Boolean LIKE scan served while the FTS index is detached (spec §4.6)."""
+    groups = _stale_groups(req)
+    if not groups:
+        return []
+    match, params = _groups_sql(groups)
+    return _like_hits(conn, req, match, params, groups[0].positive[0], _time_order(req), req.limit, req.offset)
+
+
+def _literal_sql(req: _Search, words: str | None) -> tuple[str, list[Any], str, str]:
+    """(condition, parameters, rows read, order) of the literal match; ``words``: an FTS5 query
+    every row holding the literal text matches (only its hits are read), or None (every row).
+
+    Without a ``sort``, the most recently stored rows first: in rowid order the scan stops
+    once the page is full (no index has the timestamp order, which sorts every match).
+    """
+    assert req.literal
+    match, params = _groups_sql(req.literal)
+    sorted_by_time = req.sort in ("newest", "oldest")
+    if words is not None:
+        order = _time_order(req) if sorted_by_time else "messages_fts.rowid DESC"
+        return f"messages_fts MATCH ? AND {match}", [words, *params], _WORD_ROWS, order
+    return match, params, _ALL_ROWS, _time_order(req) if sorted_by_time else "m.id DESC"
+
+
+def _prefilter(req: _Search, state: FtsState) -> str | None:
+    """The word query that narrows the literal match to candidates (None: read every row).
+
+    Not while a backfill is pending: rows past its progress are not in the word index yet.
+    """
+    return literal_prefilter(req.literal) if req.literal and state.gap is None else None
+
+
+def _literal_among_words(conn: Any, req: _Search) -> list[dict[str, Any]] | None:
+    """The literal hits of a query word search answers loosely (``c++`` as ``c``, ``TODO: fix``), or
+    None when there are none (or FTS5 rejects the query): then word search's own hits stand.
+
+    Text that holds a literal term also holds the words the sanitizer made of it, so the
+    literal match runs over word search's hits only, not over every row.
+    """
+    if not req.literal or not req.query:
+        return None
+    try:
+        match, params, rows, order = _literal_sql(req, req.query)
+        # Whether this route answers must not depend on the page asked for.
+        if req.offset and not _like_rows(conn, req, match, params, order, 1, 0, rows):
+            return None
+        hits = _literal_hits(conn, req, req.query)
+    except Exception as exc:
+        if not _is_operational(exc) or is_fts_corruption_error(exc):
+            raise
+        return None
+    return None if not hits and not req.offset else hits
+
+
+def _literal_hits(conn: Any, req: _Search, words: str | None) -> list[dict[str, Any]]:
+    """What word search cannot find as typed (``C#``, ``status=502``, a URL): every term a
+    literal substring (OR/NOT kept), tool rows included, most recently stored first (or in
+    the time order ``sort`` asks for). ``words``: see :func:`_literal_sql`. Hits are marked in the snippet.
+    """
+    if not req.literal:
+        return []
+    match, params, among, order = _literal_sql(req, words)
+    try:
+        rows = _like_rows(conn, req, match, params, order, req.limit, req.offset, among)
+    except Exception as exc:
+        if words is None or words == req.query or not _is_db_error(exc):
+            raise
+        if req.repairable and is_fts_corruption_error(exc):
+            raise FtsRepairNeeded(str(exc)) from None
+        log.debug("literal search through the word index failed (%s); scanning", exc)
+        return _literal_hits(conn, req, None)
+    terms = [term for group in req.literal for term in group.positive]
+    hits = []
+    for row in rows:
+        snippet = None
+        if req.with_snippet:
+            texts = [_lenient(row[3]), _lenient(row[5])]
+            if row[9]:
+                texts.append(_lenient(column(conn, "tool_calls", row[0])))
+            snippet = literal_snippet(texts, terms)
+        hits.append(_hit(row, snippet))
+    return hits
 
 
 def _gap_hits(conn: Any, req: _Search, gap: tuple[int, int], wanted: int) -> list[dict[str, Any]]:
@@ -518,6 +631,8 @@ def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str
         return "like_scan_fts_stale", _stale_like(conn, req)
     if not state.base:
         return "empty", []
+    if not req.query:  # nothing left for word search (":)", "()"): only the literal match can answer
+        return "literal", _literal_hits(conn, req, _prefilter(req, state))
     used_like = False
     if contains_cjk(req.query):
         raw = req.query.strip('"').strip()
@@ -537,15 +652,22 @@ def _route(conn: Any, req: _Search, state: FtsState) -> tuple[str, list[dict[str
         if hits is None:
             hits, route, used_like = _cjk_like(conn, req, raw), "like_scan", True
     else:
+        precise = _literal_among_words(conn, req)
+        if precise is not None:
+            return "literal", precise
         base = _base_index(conn, req)
-        if base is None:
-            return "fts5", []
+        if base is None:  # FTS5 rejected the query ("C#", "status=502"): typed as stored, it is found literally
+            literal = _literal_hits(conn, req, _prefilter(req, state))
+            return ("literal" if literal else "fts5"), literal
         hits, route = base, "fts5"
     if state.gap is not None and not used_like and len(hits) < req.limit:
         seen = {hit["id"] for hit in hits}
         hits.extend(hit for hit in _gap_hits(conn, req, state.gap, req.limit - len(hits)) if hit["id"] not in seen)
     if not hits and route == "fts5" and not req.wants_tool_rows:
         hits, route = _zero_hit_fallback(conn, req, state)
+    if not hits and route == "fts5" and req.literal:
+        hits = _literal_hits(conn, req, _prefilter(req, state))
+        route = "literal" if hits else route
     return route, hits
 
 
@@ -561,6 +683,107 @@ def _zero_hit_fallback(conn: Any, req: _Search, state: FtsState) -> tuple[list[d
         if hits:
             return hits, "trigram"
     return [], "fts5"
+
+
+def _request(
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    limit: int,
+    offset: int,
+    sort: str | None,
+    include_inactive: bool,
+    repairable: bool,
+    with_snippet: bool,
+    with_context: bool,
+) -> _Search | None:
+    """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
+    sanitized = sanitize_fts5_query(text)
+    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+        return None
+    return _Search(
+        sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
+        with_context, literal,
+    )
+
+
+def _count_where(conn: Any, req: _Search, sql_from: str, match: str, params: list[Any], cap: int) -> int:
+    where, filter_params = req.filters()
+    sql = (
+        f"SELECT count(*) FROM (SELECT 1 FROM {sql_from} JOIN sessions AS s ON s.id = m.session_id "
+        f"WHERE {' AND '.join([match, *where])} LIMIT ?)"
+    )
+    return int(conn.execute(sql, [*params, *filter_params, cap]).fetchone()[0])
+
+
+def _count_route(conn: Any, req: _Search, state: FtsState, route: str, cap: int) -> int:
+    """Messages ``route`` matches for ``req`` over all pages, counted up to ``cap``."""
+    raw = req.query.strip('"').strip()
+    like_from = "messages AS m"
+    if route in ("fts5", "trigram", "fts_cjk"):
+        table = {"fts5": "messages_fts", "trigram": "messages_fts_trigram", "fts_cjk": "messages_fts_cjk"}[route]
+        match = req.query if route == "fts5" else quote_for_substring_index(raw)
+        sql_from = f"{table} JOIN messages AS m ON m.id = {table}.rowid"
+        found = _count_where(conn, req, sql_from, f"{table} MATCH ?", [match], cap)
+        terms = _distinct(gap_terms(req.query))
+        if route == "fts5" and state.gap is not None and terms and found < cap:
+            gap = "m.id > ? AND m.id <= ? AND " + _combine([_term_match_sql()] * len(terms), "AND")
+            params = [*state.gap, *(like_pattern(term) for term in terms for _ in range(3))]
+            found += _count_where(conn, req, like_from, gap, params, cap - found)
+        return found
+    if route == "like_scan":
+        match, params, _ = _cjk_like_sql(raw)
+        return _count_where(conn, req, like_from, match, params, cap)
+    if route == "literal" and req.literal:
+        # The search answered from word search's hits when any held the literal text (see _literal_among_words).
+        found = _count_literal_among_words(conn, req, cap)
+        if found:
+            return found
+        match, params, rows, _ = _literal_sql(req, _prefilter(req, state))
+        return _count_where(conn, req, rows, match, params, cap)
+    if route == "like_scan_fts_stale":
+        groups = _stale_groups(req)
+        return _count_where(conn, req, like_from, *_groups_sql(groups), cap) if groups else 0
+    return 0
+
+
+def _count_literal_among_words(conn: Any, req: _Search, cap: int) -> int:
+    if not req.query:
+        return 0
+    match, params, rows, _ = _literal_sql(req, req.query)
+    try:
+        return _count_where(conn, req, rows, match, params, cap)
+    except Exception as exc:
+        if not _is_operational(exc) or is_fts_corruption_error(exc):
+            raise
+        return 0
+
+
+@search_query
+def count_search_rows(
+    conn: Any,
+    text: str,
+    sources: tuple[str, ...] | None,
+    excluded: tuple[str, ...] | None,
+    roles: tuple[str, ...] | None,
+    include_inactive: bool,
+    cap: int,
+    repairable: bool,
+) -> int:
+    """How many messages ``search_messages`` returns for these arguments over all its pages, up to ``cap``.
+
+    The route is the one ``search_messages`` takes (asked for one hit); the
+    count is that route's condition with the same filters, stopped at ``cap``.
+    """
+    req = _request(text, sources, excluded, roles, 1, 0, None, include_inactive, repairable, False, False)
+    if req is None or cap <= 0:
+        return 0
+    with snapshot(conn):
+        state = read_state(conn)
+        route, hits = _route(conn, req, state)
+        return _count_route(conn, req, state, route, cap) if hits else 0
 
 
 @search_query
@@ -585,15 +808,13 @@ def search_messages_rows(
     turned out to be corrupt.
     """
     started = time.perf_counter()
-    sanitized = sanitize_fts5_query(text)
-    if not sanitized or limit <= 0 or (sources is not None and not sources):
+    req = _request(
+        text, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet, with_context
+    )
+    if req is None:
         return []
     with snapshot(conn):
         state = read_state(conn)
-        req = _Search(
-            sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
-            with_context,
-        )
         route, hits = _route(conn, req, state)
         windows: dict[int, list[dict[str, Any]]] = {}
         # Index routes bring most windows with their rows; the rest are looked up here.

@@ -16,13 +16,25 @@ _STATE_SQL = (
 )
 
 
+_AHEAD_SQL = (
+    "SELECT expires_at, holder_host, holder_pid, holder_started FROM session_turn_waiters "
+    "WHERE conversation_id = ? AND ticket < ? ORDER BY ticket LIMIT ?"
+)
+# How many waiters ahead a look reads: enough to find a live one past a few dead ones.
+AHEAD_LIMIT = 16
+
+
 @query
-def turn_lease_state(conn: Any, session_id: str) -> dict[str, Any]:
-    """The conversation id of ``session_id`` and its lease row (holder None when free), with the clock's ``now``."""
+def turn_lease_state(conn: Any, session_id: str, ticket: int | None = None) -> dict[str, Any]:
+    """The conversation id of ``session_id``, its lease row (holder None when free), the clock's ``now``,
+    and ``ahead``: ``(expires_at, host, pid, started)`` of the first waiters queued before ``ticket`` (before
+    anyone new, for None)."""
     row = conn.execute(_STATE_SQL, (session_id,)).fetchone()
     names = ("conversation_id", "holder", "token", "expires_at", "holder_host", "holder_pid", "holder_started")
     state = dict(zip(names, row))
     state["now"] = time.time()
+    bound = ticket if ticket is not None else 1 << 62
+    state["ahead"] = conn.execute(_AHEAD_SQL, (state["conversation_id"], bound, AHEAD_LIMIT)).fetchall()
     return state
 
 

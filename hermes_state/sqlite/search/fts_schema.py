@@ -25,8 +25,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..driver import driver_module
+from ..script import run_script
 
 __all__ = [
+    "FTS_STORAGE_VERSION",
     "ALL_TRIGGERS",
     "BASE_TRIGGERS",
     "CJK_TRIGGERS",
@@ -56,6 +58,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("hermes_state.sqlite.search")
+
+# The FTS storage layout version recorded in the file's metadata once nothing is pending.
+FTS_STORAGE_VERSION = 1
 
 # Errors of either SQLite driver (stdlib sqlite3 or pysqlite3).
 DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, driver_module().Error)
@@ -240,8 +245,6 @@ END;
 
 
 def _run(conn: Any, script: str) -> None:
-    from ..schema import run_script
-
     run_script(conn, script)
 
 
@@ -501,8 +504,6 @@ def _fresh_storage_version(conn: Any) -> None:
         return
     if index_empty_with_messages(conn):
         return
-    from ..schema import FTS_STORAGE_VERSION
-
     set_meta(conn, "fts_storage_version", str(FTS_STORAGE_VERSION))
 
 
