@@ -324,3 +324,35 @@ async def test_direct_store_gives_no_pooler_warning(pg_dsn: str, caplog: pytest.
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     finally:
         await db.close()
+
+
+async def test_host_sql_through_pgbouncer(pg_schema: str) -> None:
+    """``SessionDB._read``/``_write`` (SQLAlchemy Core) work through the pooler, even when its server loses statements.
+
+    SQLAlchemy prepares each statement through asyncpg's ``prepare()``, which
+    names none while asyncpg's statement cache is off (as ``pooler`` sets it),
+    so nothing it caches refers to a server connection's statement.
+    """
+    from sqlalchemy import text
+
+    bouncer = start_pgbouncer(server_dsn(), pool_size=1)
+    db = SessionDB(pooled_url(bouncer, pg_schema, "pooler=transaction"))
+    other = await admin_connect(bouncer.admin_dsn)
+
+    async def count(connection: Any) -> int:
+        return int((await connection.execute(text("SELECT count(*) FROM sessions"))).scalar_one())
+
+    async def rename(connection: Any) -> None:
+        await connection.execute(text("UPDATE sessions SET title = :t WHERE id = 's'"), {"t": "renamed"})
+
+    try:
+        await db.create_session("s", "cli")
+        for _ in range(3):  # a statement cached by name would be gone after the DEALLOCATE
+            assert await db._read(count) == 1
+            await db._write(rename)
+            await other.execute("DEALLOCATE ALL")
+        assert await db.get_session_title("s") == "renamed"
+    finally:
+        await other.close()
+        await db.close()
+        stop_pgbouncer(bouncer)
