@@ -38,8 +38,8 @@ class PgBouncer:
 
     def log(self) -> str:
         """What PgBouncer logged so far (for failure messages)."""
-        path = self.directory / "pgbouncer.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        paths = (self.directory / "stderr.txt", self.directory / "pgbouncer.log")
+        return "".join(path.read_text(errors="replace") for path in paths if path.exists())
 
 
 def _free_port() -> int:
@@ -88,7 +88,7 @@ def start_pgbouncer(
         f"auth_type = trust\nauth_file = {directory / 'users.txt'}\n"
         f"pool_mode = {pool_mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 500\n"
         f"logfile = {directory / 'pgbouncer.log'}\npidfile = {directory / 'pgbouncer.pid'}\n"
-        "server_reset_query =\n"
+        "server_reset_query =\nlog_connections = 0\nlog_disconnections = 0\n"
     )
     command = [PGBOUNCER, str(directory / "pgbouncer.ini")]
     if os.geteuid() == 0:  # PgBouncer refuses to run as root: drop to nobody, who must reach its files
@@ -96,10 +96,9 @@ def start_pgbouncer(
         directory.chmod(0o777)
         for name in ("users.txt", "pgbouncer.ini"):
             (directory / name).chmod(0o644)
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-    )
+    # A file, not a pipe: PgBouncer logs every connection to stderr too, and blocks once a pipe nobody reads is full.
+    with open(directory / "stderr.txt", "wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
     bouncer = PgBouncer(port, urlunsplit(target._replace(netloc=f"{user}@127.0.0.1:{port}")), directory, process)
     if not _wait_listening(port, process, 10.0):
         stop_pgbouncer(bouncer)
@@ -116,6 +115,4 @@ def stop_pgbouncer(bouncer: PgBouncer) -> None:
         except subprocess.TimeoutExpired:
             bouncer.process.kill()
             bouncer.process.wait()
-    if bouncer.process.stderr is not None:
-        bouncer.process.stderr.close()
     shutil.rmtree(bouncer.directory, ignore_errors=True)

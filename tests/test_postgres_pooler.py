@@ -91,6 +91,35 @@ async def test_processes_through_pgbouncer_make_no_errors(pg_bouncer: PgBouncer,
     assert counts == {f"w{w}-a{a}": 4 * rounds + 1 for w in range(workers) for a in range(agents)}
 
 
+async def test_pooler_mode_leaves_no_named_statement_on_the_server(pg_dsn: str) -> None:
+    """With ``pooler=transaction`` nothing the store runs is prepared by name: the server's sessions hold none."""
+    db = SessionDB(f"{pg_dsn}&pooler=transaction")
+    try:
+        await db.create_session("s", "cli", model="m")
+        await db.append_message("s", "user", "hello pelican")
+        await db.append_messages_batch("s", [{"role": "assistant", "content": f"a{i}"} for i in range(3)])
+        assert len(await db.get_messages("s")) == 4
+        assert await db.search_messages("pelican")
+        await db.set_session_title("s", "a title")
+        async with db.session_turn("s", "me", ttl_seconds=30) as turn:
+            await turn.append_message("s", "user", "fenced")
+        await db.archive_and_compact("s", [{"role": "user", "content": "summary"}])
+        await db.vacuum()
+        backend = db._backend
+        assert await backend._writer_conn.fetchval("SELECT count(*) FROM pg_prepared_statements") == 0
+        async with backend.pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM pg_prepared_statements") == 0
+    finally:
+        await db.close()
+    # The same calls without it do leave named statements (the check above can fail).
+    db = SessionDB(pg_dsn)
+    try:
+        await db.create_session("s2", "cli")
+        assert await db._backend._writer_conn.fetchval("SELECT count(*) FROM pg_prepared_statements") > 0
+    finally:
+        await db.close()
+
+
 async def test_migration_lock_holds_through_pgbouncer(pg_bouncer: PgBouncer, pg_schema: str) -> None:
     """The open's transaction-scoped advisory lock is a real lock through the pooler: it waits for a holder."""
     conn = await admin_connect(server_dsn())
@@ -161,7 +190,7 @@ async def test_read_only_and_settings_through_pgbouncer(
     """``read_only=True`` and ``server_settings`` from config.yaml hold in every transaction, via ``pooler``."""
     (hermes_home / "config.yaml").write_text(
         "database:\n  postgres:\n    pooler: transaction\n    connect_args:\n"
-        "      server_settings: {statement_timeout: '4321', lock_timeout: '45000', application_name: hermes-pooled}\n"
+        "      server_settings: {statement_timeout: '54321', lock_timeout: '45000', application_name: hermes-pooled}\n"
     )
     url = pooled_url(pg_bouncer, pg_schema)
     writer = SessionDB(url)
@@ -173,7 +202,7 @@ async def test_read_only_and_settings_through_pgbouncer(
         assert (await reader.storage_info())["schema"] == pg_schema
         for db, read_only in ((writer, "off"), (reader, "on")):
             async with db._backend.pool.acquire() as conn, conn.transaction():
-                assert await conn.fetchval("SHOW statement_timeout") == "4321ms"
+                assert await conn.fetchval("SHOW statement_timeout") == "54321ms"
                 assert await conn.fetchval("SHOW lock_timeout") == "45s"
                 assert await conn.fetchval("SHOW application_name") == "hermes-pooled"
                 assert await conn.fetchval("SHOW transaction_read_only") == read_only
@@ -295,3 +324,35 @@ async def test_direct_store_gives_no_pooler_warning(pg_dsn: str, caplog: pytest.
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     finally:
         await db.close()
+
+
+async def test_host_sql_through_pgbouncer(pg_schema: str) -> None:
+    """``SessionDB._read``/``_write`` (SQLAlchemy Core) work through the pooler, even when its server loses statements.
+
+    SQLAlchemy prepares each statement through asyncpg's ``prepare()``, which
+    names none while asyncpg's statement cache is off (as ``pooler`` sets it),
+    so nothing it caches refers to a server connection's statement.
+    """
+    from sqlalchemy import text
+
+    bouncer = start_pgbouncer(server_dsn(), pool_size=1)
+    db = SessionDB(pooled_url(bouncer, pg_schema, "pooler=transaction"))
+    other = await admin_connect(bouncer.admin_dsn)
+
+    async def count(connection: Any) -> int:
+        return int((await connection.execute(text("SELECT count(*) FROM sessions"))).scalar_one())
+
+    async def rename(connection: Any) -> None:
+        await connection.execute(text("UPDATE sessions SET title = :t WHERE id = 's'"), {"t": "renamed"})
+
+    try:
+        await db.create_session("s", "cli")
+        for _ in range(3):  # a statement cached by name would be gone after the DEALLOCATE
+            assert await db._read(count) == 1
+            await db._write(rename)
+            await other.execute("DEALLOCATE ALL")
+        assert await db.get_session_title("s") == "renamed"
+    finally:
+        await other.close()
+        await db.close()
+        stop_pgbouncer(bouncer)
