@@ -11,10 +11,10 @@ event loop, tests inside one go through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from .pg_instances import _free_port
 
 BIN = Path(os.environ.get("HERMES_PG_BIN", "/usr/lib/postgresql/15/bin"))
 HOST = "127.0.0.1"
@@ -55,13 +57,6 @@ def _run(*args: str, timeout: float = 60) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): {done.stdout}{done.stderr}")
     return done.stdout
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -123,7 +118,7 @@ class Cluster:
         (``synchronous_standby_names``), so an acknowledged commit is on both.
         """
         name = f"standby{len(self.standbys) + 1}"
-        standby = Instance(name, self.root / name, free_port())
+        standby = Instance(name, self.root / name, _free_port())
         _run(str(BIN / "pg_basebackup"), "-h", HOST, "-p", str(self.primary.port), "-U", "postgres",
              "-D", str(standby.datadir), "-R", "-X", "stream", "--no-sync", "-c", "fast", timeout=120)
         with (standby.datadir / "postgresql.auto.conf").open("a") as conf:
@@ -148,6 +143,18 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+async def wait_replayed(standby: Instance, query: str, expected: str, timeout: float = 30.0) -> None:
+    """Wait (off the loop) until ``query`` on ``standby`` answers ``expected``: the primary's write was replayed."""
+
+    def answered() -> bool:
+        try:
+            return standby.sql(query) == expected
+        except RuntimeError:  # e.g. the table itself is not replayed yet
+            return False
+
+    await asyncio.to_thread(_wait, answered, f"{query!r} = {expected} on {standby.name}", timeout)
+
+
 def _wait(check: object, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -163,7 +170,7 @@ def start_primary() -> Cluster:
     root = Path(tempfile.mkdtemp(prefix="hermes-pg-cluster-"))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
-    primary = Instance("primary", root / "primary", free_port())
+    primary = Instance("primary", root / "primary", _free_port())
     cluster = Cluster(root, primary)
     try:
         _run(str(BIN / "initdb"), "-D", str(primary.datadir), "-U", "postgres", "--auth=trust", "--no-sync",

@@ -20,6 +20,7 @@ from hermes_state.errors import DatabaseUnavailableError, WriteNotAppliedError
 from hermes_state.postgres import SessionDB
 from hermes_state.postgres.dsn import asyncpg_dsn, endpoint, validate_dsn
 
+from . import pg_cluster
 from .pg_cluster import Cluster, pg_primary  # noqa: F401  (the fixture)
 
 
@@ -86,11 +87,8 @@ async def test_a_writable_store_on_a_standby_is_refused_or_finds_the_primary(pg_
         await db.create_session("s", "cli")
         await db.append_message("s", "user", "on the primary")
     assert await asyncio.to_thread(primary.sql, "SELECT count(*) FROM messages") == "1"
+    await pg_cluster.wait_replayed(standby, "SELECT count(*) FROM messages", "1")  # replay is asynchronous here
     async with SessionDB(f"postgresql+asyncpg://postgres@/postgres?host=127.0.0.1&port={standby.port}", read_only=True) as reader:
-        for _ in range(100):  # replay is asynchronous here
-            if await reader.get_messages("s"):
-                break
-            await asyncio.sleep(0.05)
         assert [m["content"] for m in await reader.get_messages("s")] == ["on the primary"]
 
 
