@@ -36,9 +36,8 @@ from ...search_text.sanitize import (
     gap_terms,
     has_lone_cjk_run,
     like_pattern,
-    literal_groups,
+    literal_query,
     literal_prefilter,
-    needs_literal,
     plain_tokens,
     quote_for_substring_index,
     sanitize_fts5_query,
@@ -700,7 +699,7 @@ def _request(
 ) -> _Search | None:
     """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
     sanitized = sanitize_fts5_query(text)
-    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    literal = literal_query(text)
     if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
         return None
     return _Search(
