@@ -29,7 +29,7 @@ import re
 import time
 from typing import Any, NamedTuple
 
-from ...previews import context_text
+from ...previews import context_text, structured_text
 from ...search_text.sanitize import (
     OPERATORS,
     BooleanGroup,
@@ -609,7 +609,8 @@ async def _literal_hits(conn: Any, req: _Search, among: Match | None = None) -> 
     if req.with_snippet:
         terms = [term for group in req.literal for term in group.positive]
         for hit, record in zip(hits, rows):
-            texts = [_plain(hit["content"]), record["tool_name"] or "", record["tool_calls"] or ""]
+            content = _plain(hit["content"])
+            texts = [structured_text(content) or "", content, record["tool_name"] or "", record["tool_calls"] or ""]
             hit["snippet"] = literal_snippet(texts, terms)
     return hits
 
