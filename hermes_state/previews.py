@@ -13,6 +13,7 @@ from typing import Any
 from .encoding import JSON_CONTENT_PREFIX, decode_content
 
 __all__ = [
+    "structured_text",
     "context_text",
     "PREVIEW_HEAD",
     "PREVIEW_MAX",
@@ -89,6 +90,14 @@ def _multimodal_text(value: Any) -> str | None:
     parts = [p.get("text") for p in value if isinstance(p, dict) and p.get("type") == "text"]
     joined = " ".join(p for p in parts if isinstance(p, str) and p).strip()
     return joined or None
+
+
+def structured_text(stored: Any) -> str | None:
+    """The text parts of stored structured content (``"\\x00json:[...]"``) joined by spaces;
+    None for plain text and for structured content without text parts."""
+    if isinstance(stored, str) and stored.startswith(JSON_CONTENT_PREFIX):
+        return _multimodal_text(decode_content(stored))
+    return None
 
 
 def shape_preview(raw: Any) -> str:

@@ -250,3 +250,17 @@ async def test_count_search_matches_rejects_bad_arguments(store: Any) -> None:
         await store.count_search_matches("x", cap=-1)
     with pytest.raises(TypeError, match="cap"):
         await store.count_search_matches("x", cap="10")
+
+
+async def test_structured_content_is_searched_literally(store: Any) -> None:
+    # SQLite stores it as "\x00json:..." text, which LIKE cannot read past its first character.
+    await store.create_session("mm", "cli")
+    found = await store.append_message("mm", "user", [
+        {"type": "text", "text": "screenshot of https://docs.docker.com/compose/ attached"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}])
+    await store.append_message("mm", "user", "plain text without the link")
+    (hit,) = await store.search_messages("https://docs.docker.com")
+    assert hit["id"] == found and hit["snippet"] == "screenshot of >>>https://docs.docker.com<<</compose/ attached"
+    assert [h["id"] for h in await store.search_messages("HTTPS://DOCS.docker.com")] == [found]
+    assert await store.search_messages("link NOT https://docs.docker.com") != []
+    assert await store.count_search_matches("https://docs.docker.com") == 1

@@ -26,6 +26,7 @@ __all__ = [
     "like_pattern",
     "literal_groups",
     "literal_prefilter",
+    "literal_query",
     "needs_literal",
     "plain_tokens",
     "quote_for_substring_index",
@@ -295,6 +296,8 @@ def needs_literal(text: str) -> bool:
     only a literal substring match can. Plain words, phrases, ``prefix*``,
     ``snake_case`` and ``P2.2`` are word search's and give False.
     """
+    if text.isascii() and text.replace(" ", "").isalnum():
+        return False  # plain words, the common case: every search asks
     for tok in scrub_query(text[:MAX_FTS5_QUERY_CHARS]).replace('"', " ").split():
         if tok.upper() not in OPERATORS and tok.upper() != "NEAR" and _WORD_TERM.fullmatch(tok) is None:
             return True
@@ -317,6 +320,16 @@ def literal_groups(text: str) -> list[BooleanGroup]:
     ``C#``, ``key=value`` or ``https://docs.docker.com`` are matched as typed.
     """
     return _groups(scrub_query(text[:MAX_FTS5_QUERY_CHARS]), _literal_term)
+
+
+def literal_query(text: str) -> tuple[BooleanGroup, ...] | None:
+    """The literal groups of ``text`` when word search cannot find it as typed, else None.
+
+    CJK text has its own substring routes (spec §4.3) and never takes this one.
+    """
+    if not needs_literal(text) or contains_cjk(text):
+        return None
+    return tuple(literal_groups(text))
 
 
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")

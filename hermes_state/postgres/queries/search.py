@@ -29,15 +29,14 @@ import re
 import time
 from typing import Any, NamedTuple
 
-from ...previews import context_text
+from ...previews import context_text, structured_text
 from ...search_text.sanitize import (
     OPERATORS,
     BooleanGroup,
     contains_cjk,
     count_cjk,
     like_pattern,
-    literal_groups,
-    needs_literal,
+    literal_query,
     plain_tokens,
     quote_for_substring_index,
     sanitize_fts5_query,
@@ -610,7 +609,8 @@ async def _literal_hits(conn: Any, req: _Search, among: Match | None = None) -> 
     if req.with_snippet:
         terms = [term for group in req.literal for term in group.positive]
         for hit, record in zip(hits, rows):
-            texts = [_plain(hit["content"]), record["tool_name"] or "", record["tool_calls"] or ""]
+            content = _plain(hit["content"])
+            texts = [structured_text(content) or "", content, record["tool_name"] or "", record["tool_calls"] or ""]
             hit["snippet"] = literal_snippet(texts, terms)
     return hits
 
@@ -712,7 +712,7 @@ def _request(
 ) -> _Search | None:
     """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
     sanitized = sanitize_fts5_query(text)
-    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    literal = literal_query(text)
     if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
         return None
     return _Search(

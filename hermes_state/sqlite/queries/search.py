@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from ...errors import FtsRepairNeeded
 from ...limits import INT64_MAX
+from ...previews import structured_text
 from ..driver import driver_module
 from ..search.fts_schema import (
     DB_ERRORS,
@@ -36,9 +37,8 @@ from ...search_text.sanitize import (
     gap_terms,
     has_lone_cjk_run,
     like_pattern,
-    literal_groups,
+    literal_query,
     literal_prefilter,
-    needs_literal,
     plain_tokens,
     quote_for_substring_index,
     sanitize_fts5_query,
@@ -411,10 +411,19 @@ def _like_snippet(content: Any, term: str) -> Any:
     return content[start : start + 120]
 
 
-def _term_match_sql(negate: bool = False) -> str:
+def _term_match_sql(negate: bool = False, encoded: bool = False) -> str:
     cols = ("m.content", "m.tool_name", "m.tool_calls")
-    expr = "(" + " OR ".join(f"COALESCE({c}, '') LIKE ? ESCAPE '\\'" for c in cols) + ")"
+    tests = [f"COALESCE({c}, '') LIKE ? ESCAPE '\\'" for c in cols]
+    if encoded:
+        # LIKE reads text only up to a NUL, so it sees nothing of structured content
+        # ("\x00json:..."); instr reads all of it (lower(): LIKE's ASCII-only case folding).
+        tests.insert(1, "COALESCE(m.content < char(1) AND instr(lower(m.content), ?) > 0, 0)")
+    expr = "(" + " OR ".join(tests) + ")"
     return f"NOT {expr}" if negate else expr
+
+
+def _ascii_lower(text: str) -> str:
+    return "".join(ch.lower() if ch.isascii() else ch for ch in text)
 
 
 def _combine(parts: list[str], op: str) -> str:
@@ -481,15 +490,20 @@ def _cjk_like(conn: Any, req: _Search, raw: str) -> list[dict[str, Any]]:
     return _like_hits(conn, req, match, params, first, "m.timestamp DESC", req.limit, req.offset)
 
 
-def _groups_sql(groups: Sequence[BooleanGroup]) -> tuple[str, list[Any]]:
+def _groups_sql(groups: Sequence[BooleanGroup], encoded: bool = False) -> tuple[str, list[Any]]:
     """(condition, parameters): some group has all its positive terms and none of its negative
-    ones as substrings of content, tool_name or tool_calls (LIKE: ASCII case-insensitive)."""
+    ones as substrings of content, tool_name or tool_calls (LIKE: ASCII case-insensitive).
+
+    ``encoded``: structured content's stored text is searched too (as on PostgreSQL).
+    """
     clauses: list[str] = []
     params: list[Any] = []
     for group in groups:
         positive, negative = _distinct(group.positive), _distinct(group.negative)
-        parts = [_term_match_sql()] * len(positive) + [_term_match_sql(negate=True)] * len(negative)
-        params.extend(like_pattern(term) for term in positive + negative for _ in range(3))
+        parts = [_term_match_sql(False, encoded)] * len(positive) + [_term_match_sql(True, encoded)] * len(negative)
+        for term in positive + negative:
+            pattern = like_pattern(term)
+            params.extend([pattern, _ascii_lower(term), pattern, pattern] if encoded else [pattern] * 3)
         clauses.append(_combine(parts, "AND"))
     return _combine(clauses, "OR"), params
 
@@ -520,7 +534,7 @@ def _literal_sql(req: _Search, words: str | None) -> tuple[str, list[Any], str, 
     once the page is full (no index has the timestamp order, which sorts every match).
     """
     assert req.literal
-    match, params = _groups_sql(req.literal)
+    match, params = _groups_sql(req.literal, encoded=True)
     sorted_by_time = req.sort in ("newest", "oldest")
     if words is not None:
         order = _time_order(req) if sorted_by_time else "messages_fts.rowid DESC"
@@ -580,7 +594,8 @@ def _literal_hits(conn: Any, req: _Search, words: str | None) -> list[dict[str, 
     for row in rows:
         snippet = None
         if req.with_snippet:
-            texts = [_lenient(row[3]), _lenient(row[5])]
+            content = _lenient(row[3])
+            texts = [structured_text(content) or "", content, _lenient(row[5])]
             if row[9]:
                 texts.append(_lenient(column(conn, "tool_calls", row[0])))
             snippet = literal_snippet(texts, terms)
@@ -700,7 +715,7 @@ def _request(
 ) -> _Search | None:
     """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
     sanitized = sanitize_fts5_query(text)
-    literal = tuple(literal_groups(text)) if needs_literal(text) and not contains_cjk(text) else None
+    literal = literal_query(text)
     if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
         return None
     return _Search(
