@@ -1,4 +1,4 @@
-"""Layout in the browser at a desktop and a phone width: nothing scrolls the page sideways, long names are cut with the full value on hover."""
+"""Layout at a desktop and a phone width: no page scrolls sideways, long names are cut with the full value on hover."""
 
 from __future__ import annotations
 
