@@ -12,7 +12,7 @@ from tests.web.support import HOSTILE_ID, LONG_ID, LONG_MODEL, Viewer, open_tab
 WIDTHS = [1280, 390]
 PAGES = ["", "sessions/deploy", "sessions/reading", "sessions/compacted", "sessions/" + quote(HOSTILE_ID, safe=""),
          "sessions/" + LONG_ID, "search?q=walruses", "search?q=nothing-matches-this", "usage", "?archived=include",
-         "sessions/no-such-session"]
+         "sessions/no-such-session", "sessions/long?view=trace", "sessions/long?q=C%23", "sessions/long?page=3"]
 
 
 @pytest.mark.parametrize("width", WIDTHS)
