@@ -18,7 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
-__all__ = ["BadRequest", "ListFilters", "PAGE_SIZE", "SORTS", "day_bounds", "list_filters", "is_session_id", "page_number", "supports_hidden", "text_param"]
+__all__ = [
+    "BadRequest", "ListFilters", "PAGE_SIZE", "SORTS", "day_bounds", "list_filters", "is_session_id", "page_number",
+    "supports_hidden", "text_param",
+]
 
 PAGE_SIZE = 50
 ARCHIVED = ("exclude", "include", "only")

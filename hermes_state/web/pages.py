@@ -13,14 +13,19 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .chart import METRICS, day_chart
-from .filters import PAGE_SIZE, SORTS, BadRequest, ListFilters, day_bounds, is_session_id, list_filters, page_number, supports_hidden, text_param
+from .filters import (
+    PAGE_SIZE, SORTS, BadRequest, ListFilters, day_bounds, is_session_id, list_filters, page_number, supports_hidden, text_param,
+)
 from .markup import highlight_css
 from .outline import outline, search_session
 from .trace import turn_costs, turns
 from .transcript import MESSAGE_PAGE, TAIL_ROWS, TranscriptPage, message_id, numbered_page, transcript_page
 from .views import message_view, segments, session_href, snippet_parts, when
 
-__all__ = ["highlight_stylesheet", "sessions_page", "session_page", "search_page", "usage_page", "tail_fragment", "SEARCH_PAGE", "SEARCH_FIELDS"]
+__all__ = [
+    "highlight_stylesheet", "sessions_page", "session_page", "search_page", "usage_page", "tail_fragment", "session_total",
+    "SEARCH_PAGE", "SEARCH_FIELDS",
+]
 
 SEARCH_PAGE = 20
 # What the search page shows of a hit (the surrounding messages are one click away).

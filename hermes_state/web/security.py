@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
@@ -87,15 +88,18 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 class HostRule:
     """Which ``Host`` headers name this viewer: loopback names and addresses, and the address it is bound to.
 
-    Bound to a wildcard (``0.0.0.0``, ``::``), any IP literal is accepted too:
-    a rebinding attack needs a DNS name the attacker controls, and an
-    address typed as digits cannot be re-pointed.
+    Bound to a wildcard (``0.0.0.0``, ``::``), any IP literal is accepted too
+    (a rebinding attack needs a DNS name the attacker controls, and an
+    address typed as digits cannot be re-pointed), and so is this machine's
+    host name.
     """
 
     def __init__(self, bound: str = "127.0.0.1", extra: tuple[str, ...] = ()) -> None:
         self.names = {_host_name(bound), *(_host_name(name) for name in extra)}
         address = _ip(_host_name(bound))
         self.any_address = address is not None and address.is_unspecified
+        if self.any_address:
+            self.names.add(_host_name(socket.gethostname()))
 
     def allows(self, header: str | None) -> bool:
         """True for a Host this viewer answers to (a request without one comes from no browser)."""

@@ -284,6 +284,42 @@ class SeededStore:
     seeded: Seeded
 
 
+_ELSEWHERE = """
+import asyncio, sys
+from tests.web.support import open_target
+
+async def main():
+    db = open_target(sys.argv[1])
+    try:
+{body}
+    finally:
+        await db.close()
+
+asyncio.run(main())
+"""
+
+
+def write_elsewhere(db: str, home: Path, body: str) -> None:
+    """Run ``body`` (statements on ``db``, indented by eight spaces) in another OS process, as another writer would."""
+    from tests.cli_support import REPO, cli_env
+
+    done = subprocess.run([sys.executable, "-c", _ELSEWHERE.format(body=body), db], env=cli_env(home), cwd=str(REPO),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def fresh_store(backend: str, directory: Path, setup: Any) -> tuple[str, Any]:
+    """``(db, drop)``: an empty store of ``backend``, filled by ``await setup(store)`` and closed again."""
+    db, drop = new_store(backend, directory)
+
+    async def start() -> None:
+        async with open_target(db) as store:
+            await setup(store)
+
+    run_async(start())
+    return db, drop
+
+
 def open_target(db: str) -> Any:
     """A writable store on ``db`` (a path or a postgresql+asyncpg URL)."""
     if db.startswith("postgresql"):

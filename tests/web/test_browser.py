@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +12,6 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from tests.cli_support import REPO, cli_env
 from tests.web.support import (
     BACKEND_PARAMS,
     HOSTILE,
@@ -23,10 +20,9 @@ from tests.web.support import (
     REMOTE_IMAGE,
     SeededStore,
     Viewer,
-    new_store,
+    fresh_store,
     open_tab,
-    open_target,
-    run_async,
+    write_elsewhere,
 )
 
 # Every tag the templates write; anything else in a page was made from stored content.
@@ -238,33 +234,20 @@ def test_pages_work_without_javascript(browser: Any, viewer: Viewer) -> None:
         _local_only(tab, viewer)
 
 
-WRITER = """
-import asyncio, sys
-from hermes_state import SessionDB
-from tests.web.support import open_target
-
-async def main():
-    db = open_target(sys.argv[1])
-    try:
+WRITER = """\
         for n in range(3):
-            await db.append_message("live", "assistant", f"appended by another process {n}")
-    finally:
-        await db.close()
+            await db.append_message("live", "assistant", f"appended by another process {n}")"""
 
-asyncio.run(main())
-"""
+
+async def _watched(store: Any) -> None:
+    await store.create_session("live", "cli")
+    await store.append_message("live", "user", "watch this")
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 def test_live_tail_shows_what_another_process_writes(browser: Any, web_home: Path, tmp_path: Path, backend: str) -> None:
-    db, drop = new_store(backend, tmp_path / "live")
+    db, drop = fresh_store(backend, tmp_path / "live", _watched)
     try:
-        async def start() -> None:
-            async with open_target(db) as store:
-                await store.create_session("live", "cli")
-                await store.append_message("live", "user", "watch this")
-
-        run_async(start())
         if backend == "sqlite":
             assert sorted(p.name for p in (tmp_path / "live").iterdir()) == ["state.db"]  # no -wal when the viewer opens it
         viewer = Viewer(web_home, db)
@@ -273,9 +256,7 @@ def test_live_tail_shows_what_another_process_writes(browser: Any, web_home: Pat
                 tab.goto(viewer.base + "sessions/live")
                 assert tab.locator("li.msg").count() == 1
                 tab.wait_for_function("() => document.getElementById('live-status').textContent.startsWith('Live')")
-                writer = subprocess.run([sys.executable, "-c", WRITER, db], env=cli_env(web_home), cwd=str(REPO),
-                                        capture_output=True, text=True, timeout=120)
-                assert writer.returncode == 0, writer.stderr
+                write_elsewhere(db, web_home, WRITER)
                 written = time.monotonic()
                 tab.wait_for_function("() => document.querySelectorAll('#tail li.msg').length === 3", timeout=2000)
                 assert time.monotonic() - written < 2.0

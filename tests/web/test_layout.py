@@ -1,4 +1,4 @@
-"""Layout in the browser at a desktop and a phone width: nothing scrolls the page sideways, long names are cut with the full value on hover."""
+"""Layout at a desktop and a phone width: no page scrolls sideways, long names are cut with the full value on hover."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.web.support import HOSTILE_ID, LONG_ID, LONG_MODEL, Viewer, open_tab
 WIDTHS = [1280, 390]
 PAGES = ["", "sessions/deploy", "sessions/reading", "sessions/compacted", "sessions/" + quote(HOSTILE_ID, safe=""),
          "sessions/" + LONG_ID, "search?q=walruses", "search?q=nothing-matches-this", "usage", "?archived=include",
-         "sessions/no-such-session"]
+         "sessions/no-such-session", "sessions/long?view=trace", "sessions/long?q=C%23", "sessions/long?page=3"]
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cli_support import REPO, cli_env
-from tests.web.support import BACKEND_PARAMS, PASTED, Viewer, new_store, open_tab, open_target, run_async
+from tests.web.support import BACKEND_PARAMS, PASTED, Viewer, fresh_store, open_tab, write_elsewhere
 
 
 def test_page_n_of_m_first_last_and_the_tab_title(tab: Any, viewer: Viewer) -> None:
@@ -51,7 +48,8 @@ def test_outline_lists_the_pages_tool_calls_and_errors(tab: Any, viewer: Viewer)
     outline = tab.locator("details.outline")
     assert outline.locator("summary").inner_text() == "Outline of this page: 20 tool calls, 3 errors"
     errors = outline.locator("li.error")
-    assert [errors.nth(i).inner_text().split(" ", 1)[1] for i in range(errors.count())] == ["grep_0 failed", "grep_1 failed", "grep_2 failed"]
+    failed = [errors.nth(i).inner_text().split(" ", 1)[1] for i in range(errors.count())]
+    assert failed == ["grep_0 failed", "grep_1 failed", "grep_2 failed"]
     errors.first.locator("a").click()
     target = tab.locator(":target")
     assert target.get_attribute("class").split().count("error") == 1
@@ -109,33 +107,21 @@ def test_totals_across_a_compression_chain(tab: Any, viewer: Viewer) -> None:
     assert totals.startswith("2 sessions · 2 messages")
 
 
-CHANGE = """
-import asyncio, sys
-from tests.web.support import open_target
-
-async def main():
-    db = open_target(sys.argv[1])
-    try:
+CHANGE = """\
         await db.archive_and_compact("live", [{"role": "user", "content": "summary written by another process"}])
-        await db.append_message("live", "assistant", "after the compaction, live")
-    finally:
-        await db.close()
+        await db.append_message("live", "assistant", "after the compaction, live")"""
 
-asyncio.run(main())
-"""
+
+async def _long_watched(store: Any) -> None:
+    await store.create_session("live", "cli")
+    await store.set_session_title("live", "Watched")
+    await store.append_messages_batch("live", [{"role": "user", "content": f"row {n}"} for n in range(120)])
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 def test_live_compaction_on_every_page(browser: Any, web_home: Path, tmp_path: Path, backend: str) -> None:
-    db, drop = new_store(backend, tmp_path / "live")
+    db, drop = fresh_store(backend, tmp_path / "live", _long_watched)
     try:
-        async def start() -> None:
-            async with open_target(db) as store:
-                await store.create_session("live", "cli")
-                await store.set_session_title("live", "Watched")
-                await store.append_messages_batch("live", [{"role": "user", "content": f"row {n}"} for n in range(120)])
-
-        run_async(start())
         viewer = Viewer(web_home, db)
         try:
             for last in open_tab(browser, viewer):
@@ -144,9 +130,7 @@ def test_live_compaction_on_every_page(browser: Any, web_home: Path, tmp_path: P
                     first.goto(viewer.base + "sessions/live?page=1")
                     for tab in (last, first):
                         tab.wait_for_function("() => document.getElementById('live-status').textContent.startsWith('Live')")
-                    done = subprocess.run([sys.executable, "-c", CHANGE, db], env=cli_env(web_home), cwd=str(REPO),
-                                          capture_output=True, text=True, timeout=120)
-                    assert done.returncode == 0, done.stderr
+                    write_elsewhere(db, web_home, CHANGE)
                     # The last page: originals marked archived in place, a boundary, then the summary and the reply.
                     last.wait_for_function("() => document.querySelectorAll('#tail li.msg').length === 2", timeout=5000)
                     assert last.locator("#tail .boundary").count() == 1

@@ -141,6 +141,12 @@ def test_a_non_loopback_bind_needs_the_token(seeded_store: SeededStore, web_home
         assert cookie == f"hermes_state_token_{match.group(1)}={token}" and "HttpOnly" in headers["set-cookie"]
         assert request(base + "/sessions/deploy?at=1", headers={"Cookie": cookie})[0] == 200
         assert request(base + "/api/sessions", headers={"Cookie": cookie})[0] == 200
+        # Bound to every address: IP literals and this machine's name are its names, others are not.
+        import socket
+
+        for host, status in ((f"{socket.gethostname()}:{match.group(1)}", 200), (f"192.0.2.7:{match.group(1)}", 200),
+                             (f"attacker.example:{match.group(1)}", 400)):
+            assert request(base + "/api/sessions", headers={"Cookie": cookie, "Host": host})[0] == status, host
     finally:
         assert own.stop() == 0
 
