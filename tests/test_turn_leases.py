@@ -422,7 +422,8 @@ async def test_the_same_holder_from_another_process_is_somebody_else(store: Any)
     from hermes_state.lease_host import process_started
 
     # As if process 1 (alive, same host) had taken it.
-    await raw_exec(store, "UPDATE session_turn_leases SET holder_pid = 1, holder_started = ?", (await asyncio.to_thread(process_started, 1),))
+    started = await asyncio.to_thread(process_started, 1)
+    await raw_exec(store, "UPDATE session_turn_leases SET holder_pid = 1, holder_started = ?", (started,))
     assert not await store.try_acquire_session_turn_lease("s", "pid=1:turn=t")
 
 
