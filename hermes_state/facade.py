@@ -452,33 +452,28 @@ class StoreBase:
             home = await self._enter(loop)
             if home is not None:
                 return await hand_off(home, self._write(command, patience=patience, size=size))
-        self._inflight += 1
+        self._inflight += 1  # in the same loop step as the look at _ready_on (see _enter)
         try:
-            return await self._submit(loop, command, patience, size, during_close)
+            started = loop.time()
+            while True:
+                try:
+                    return await self._actor.submit(command, size)
+                except WriterStoppedError:
+                    if self._closed:
+                        raise StoreClosedError() from None
+                    raise
+                except Exception as exc:
+                    if not self._backend.is_busy_error(exc):
+                        raise
+                    if loop.time() - started >= patience:
+                        raise locked_error(patience, exc) from exc
+                if self._closed and not during_close:
+                    raise StoreClosedError()
+                elapsed = loop.time() - started
+                pause = random.uniform(0.02, 0.15) if elapsed < 2.0 else random.uniform(0.25, 1.0)
+                await asyncio.sleep(max(0.0, min(pause, patience - elapsed)))
         finally:
             self._inflight -= 1
-
-    async def _submit(
-        self, loop: asyncio.AbstractEventLoop, command: Command, patience: float, size: int, during_close: bool
-    ) -> Any:
-        started = loop.time()
-        while True:
-            try:
-                return await self._actor.submit(command, size)
-            except WriterStoppedError:
-                if self._closed:
-                    raise StoreClosedError() from None
-                raise
-            except Exception as exc:
-                if not self._backend.is_busy_error(exc):
-                    raise
-                if loop.time() - started >= patience:
-                    raise locked_error(patience, exc) from exc
-            if self._closed and not during_close:
-                raise StoreClosedError()
-            elapsed = loop.time() - started
-            pause = random.uniform(0.02, 0.15) if elapsed < 2.0 else random.uniform(0.25, 1.0)
-            await asyncio.sleep(max(0.0, min(pause, patience - elapsed)))
 
     async def _remove_session_files(self, directory: Path | None, session_ids: Iterable[str]) -> None:
         """Best effort, off the event loop: drop transcript files a host kept beside the database."""

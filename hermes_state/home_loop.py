@@ -78,7 +78,8 @@ def remember_own_loop(db: Any) -> None:
     A store dropped without ``close()`` stops its loop thread when it is collected.
     """
     _stores.add(db)
-    weakref.finalize(db, db._own.stop)
+    # Not at exit: _close_at_exit closes the store there, on this very loop.
+    weakref.finalize(db, db._own.stop).atexit = False
 
 
 @atexit.register

@@ -222,3 +222,19 @@ def test_postgres_connections_of_a_closed_loop_are_ended(store: Any, pg_admin_ds
 
     pids = in_thread(lambda: asyncio.run(server_sessions()))
     assert old_writer not in pids and new_writer in pids
+
+
+async def test_token_counts_queued_from_other_loops_are_applied(store: Any) -> None:
+    await store.create_session("s", "cli")
+
+    def queue_from_a_thread(n: int) -> None:
+        async def go() -> None:
+            await store.queue_token_counts("s", input_tokens=n, output_tokens=1)
+            assert await store.flush_token_counts()
+        asyncio.run(go())
+
+    await asyncio.gather(*(asyncio.to_thread(queue_from_a_thread, n) for n in range(1, 6)))
+    await store.queue_token_counts("s", input_tokens=100)
+    assert await store.flush_token_counts()
+    session = await store.get_session("s")
+    assert (session["input_tokens"], session["output_tokens"]) == (115, 5)
