@@ -15,7 +15,8 @@ from hermes_state import SessionDB
 from tests.cli_support import run_cli
 from tests.web.support import HOSTILE_ID, URL_ID, SeededStore, Viewer, request, run_seed
 
-PAGES = ["/", "/sessions/deploy", "/search?q=zebrafish", "/usage", "/api/sessions", "/api/sessions/deploy",
+PAGES = ["/", "/sessions/deploy", "/sessions/deploy?view=trace", "/sessions/deploy?q=docker", "/search?q=zebrafish", "/usage",
+         "/api/sessions", "/api/sessions/deploy", "/assets/highlight.css",
          "/api/search?q=zebrafish", "/static/style.css", "/static/viewer.js"]
 
 
