@@ -87,6 +87,20 @@ def _names(value: Iterable[str] | None, name: str) -> tuple[str, ...] | None:
     return items
 
 
+Names = tuple[str, ...] | None
+
+
+def _query_filters(query: Any, sources: Any, excluded: Any, roles: Any) -> tuple[Names, Names, Names]:
+    """Check a search's query type and filters; returns (sources, excluded sources, roles or None)."""
+    if query is not None and not isinstance(query, str):
+        raise TypeError(f"query must be a str, not {type(query).__name__}")
+    return (
+        _names(sources, "source_filter"),
+        _names(excluded, "exclude_sources"),
+        _names(roles, "role_filter") or None,
+    )
+
+
 def _non_negative(value: Any, name: str) -> int:
     number = count_arg(value, name)
     if number < 0:
@@ -159,11 +173,7 @@ class SearchMethods(StoreBase):
         deadline raises :class:`~hermes_state.errors.SearchTimeoutError`.
         """
         projection = search_fields(fields)
-        if query is not None and not isinstance(query, str):
-            raise TypeError(f"query must be a str, not {type(query).__name__}")
-        sources = _names(source_filter, "source_filter")
-        excluded = _names(exclude_sources, "exclude_sources")
-        roles = _names(role_filter, "role_filter") or None
+        sources, excluded, roles = _query_filters(query, source_filter, exclude_sources, role_filter)
         limit = _non_negative(limit, "limit")
         offset = _non_negative(offset, "offset")
         sort_key = opt_text(sort, "sort")
@@ -229,11 +239,7 @@ class SearchMethods(StoreBase):
         costs no more than ``cap`` rows. ``[]``-giving queries count 0. The
         search deadline (``sessions.search_timeout_ms``) applies as to a search.
         """
-        if query is not None and not isinstance(query, str):
-            raise TypeError(f"query must be a str, not {type(query).__name__}")
-        sources = _names(source_filter, "source_filter")
-        excluded = _names(exclude_sources, "exclude_sources")
-        roles = _names(role_filter, "role_filter") or None
+        sources, excluded, roles = _query_filters(query, source_filter, exclude_sources, role_filter)
         cap = _non_negative(cap, "cap")
         await self._ensure_open()
         if not query or not query.strip() or cap == 0:

@@ -27,6 +27,7 @@ __all__ = [
     "literal_groups",
     "literal_prefilter",
     "literal_query",
+    "searchable",
     "needs_literal",
     "plain_tokens",
     "quote_for_substring_index",
@@ -330,6 +331,18 @@ def literal_query(text: str) -> tuple[BooleanGroup, ...] | None:
     if not needs_literal(text) or contains_cjk(text):
         return None
     return tuple(literal_groups(text))
+
+
+def searchable(
+    text: str, limit: int, sources: Sequence[str] | None
+) -> tuple[str, tuple[BooleanGroup, ...] | None] | None:
+    """(sanitized FTS5 query, literal groups or None) for a search of ``text``, or None when the
+    search can find nothing: no searchable text, ``limit`` 0, or an empty ``sources`` filter."""
+    sanitized = sanitize_fts5_query(text)
+    literal = literal_query(text)
+    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+        return None
+    return sanitized, literal
 
 
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")

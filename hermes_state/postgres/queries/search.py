@@ -36,7 +36,7 @@ from ...search_text.sanitize import (
     contains_cjk,
     count_cjk,
     like_pattern,
-    literal_query,
+    searchable,
     plain_tokens,
     quote_for_substring_index,
     sanitize_fts5_query,
@@ -711,10 +711,10 @@ def _request(
     with_context: bool,
 ) -> _Search | None:
     """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
-    sanitized = sanitize_fts5_query(text)
-    literal = literal_query(text)
-    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+    planned = searchable(text, limit, sources)
+    if planned is None:
         return None
+    sanitized, literal = planned
     return _Search(
         sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, with_snippet, with_context, literal
     )

@@ -37,11 +37,10 @@ from ...search_text.sanitize import (
     gap_terms,
     has_lone_cjk_run,
     like_pattern,
-    literal_query,
+    searchable,
     literal_prefilter,
     plain_tokens,
     quote_for_substring_index,
-    sanitize_fts5_query,
     trigram_eligible,
 )
 from ..search.context import WINDOW_COLUMN_COUNT, clipped, column, contexts, unclip, window, window_columns
@@ -714,10 +713,10 @@ def _request(
     with_context: bool,
 ) -> _Search | None:
     """The request for ``text``, or None when it can find nothing (blank text, ``limit`` 0, no source)."""
-    sanitized = sanitize_fts5_query(text)
-    literal = literal_query(text)
-    if not (sanitized or literal) or limit <= 0 or (sources is not None and not sources):
+    planned = searchable(text, limit, sources)
+    if planned is None:
         return None
+    sanitized, literal = planned
     return _Search(
         sanitized, sources, excluded, roles, limit, offset, sort, include_inactive, repairable, with_snippet,
         with_context, literal,
