@@ -19,7 +19,7 @@ from .filters import (
 from .markup import highlight_css
 from .outline import outline, search_session
 from .trace import turn_costs, turns
-from .transcript import MESSAGE_PAGE, TAIL_ROWS, TranscriptPage, message_id, numbered_page, transcript_page
+from .transcript import MESSAGE_PAGE, TAIL_ROWS, TranscriptPage, message_id, numbered_page, page_holding, transcript_page
 from .views import message_view, segments, session_href, snippet_parts, when
 
 __all__ = [
@@ -141,12 +141,14 @@ async def session_page(request: Request) -> Response:
     total = await db.message_count(session_id)
     if n is not None:
         number = (min(n, max(total, 1)) - 1) // MESSAGE_PAGE + 1
-    if number is not None or (at is None and before is None and after is None):
+    elif at is not None and number is None:
+        number = await page_holding(db, session_id, at, total)
+    if number is not None or (before is None and after is None):
         page = await numbered_page(db, session_id, number or 1, total)
         if n is not None:
             return _jump(request, page, n)
     else:
-        page = await transcript_page(db, session_id, after=after, before=before, at=at, total=total)
+        page = await transcript_page(db, session_id, after=after, before=before, total=total)
     views = [message_view(row) for row in page.rows]
     for view in views:
         view.open = bool(marks) and view.id == at

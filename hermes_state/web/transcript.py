@@ -2,9 +2,10 @@
 
 ``page=N`` opens page N of M (offset paging over every row, inactive ones
 included, so page numbers match ``message_count``); ``n=N`` is the page that
-holds the Nth message. ``after=ID`` pages forwards (``get_messages(after_id=)``),
-``before=ID`` backwards (``get_messages(before_id=, latest=True)``), ``at=ID``
-opens the page that starts with that message (where search hits link to).
+holds the Nth message and ``at=ID`` the page that holds that message (where
+search hits link to; its position is found by bisecting on offsets).
+``after=ID`` pages forwards (``get_messages(after_id=)``) and ``before=ID``
+backwards (``get_messages(before_id=, latest=True)``) from older links.
 Every page holds inactive rows too (compacted or rewound), so compaction
 boundaries and the archived originals are on the page where they happened.
 """
@@ -16,7 +17,9 @@ from typing import Any
 
 from .filters import BadRequest
 
-__all__ = ["MESSAGE_PAGE", "TAIL_ROWS", "TranscriptPage", "message_id", "numbered_page", "page_count", "transcript_page"]
+__all__ = [
+    "MESSAGE_PAGE", "TAIL_ROWS", "TranscriptPage", "message_id", "numbered_page", "page_count", "page_holding", "transcript_page",
+]
 
 MESSAGE_PAGE = 100
 TAIL_ROWS = 200
@@ -77,6 +80,23 @@ async def _forward(db: Any, session_id: str, after: int | None) -> TranscriptPag
     return TranscriptPage(rows, earlier, rows[-1]["id"] if more and rows else None)
 
 
+async def page_holding(db: Any, session_id: str, message: int, total: int) -> int:
+    """The number of the page that holds ``message`` (or the row after it, were it not in the session).
+
+    Rows come in id order, so the position is found by bisection on offsets:
+    about log2(total) one-row reads instead of reading every row before it.
+    """
+    low, high = 0, total
+    while low < high:
+        middle = (low + high) // 2
+        rows = await db.get_messages(session_id, include_inactive=True, limit=1, offset=middle)
+        if rows and rows[0]["id"] < message:
+            low = middle + 1
+        else:
+            high = middle
+    return min(low, max(total - 1, 0)) // MESSAGE_PAGE + 1
+
+
 async def numbered_page(db: Any, session_id: str, number: int, total: int) -> TranscriptPage:
     """Page ``number`` of the session's ``total`` rows (a number past the end opens the last page)."""
     pages = page_count(total)
@@ -88,18 +108,15 @@ async def numbered_page(db: Any, session_id: str, number: int, total: int) -> Tr
 
 
 async def transcript_page(
-    db: Any, session_id: str, *, after: int | None = None, before: int | None = None, at: int | None = None,
-    total: int = 0,
+    db: Any, session_id: str, *, after: int | None = None, before: int | None = None, total: int = 0
 ) -> TranscriptPage:
-    """The keyset page asked for: ``at`` wins over ``before``, which wins over ``after``; none is the first page."""
-    page = await _keyset(db, session_id, after=after, before=before, at=at)
+    """The keyset page asked for: ``before`` wins over ``after``; none is the first page."""
+    page = await _keyset(db, session_id, after=after, before=before)
     page.total, page.pages = total, page_count(total)
     return page
 
 
-async def _keyset(db: Any, session_id: str, *, after: int | None, before: int | None, at: int | None) -> TranscriptPage:
-    if at is not None:
-        return await _forward(db, session_id, max(at - 1, 0))
+async def _keyset(db: Any, session_id: str, *, after: int | None, before: int | None) -> TranscriptPage:
     if before is None:
         return await _forward(db, session_id, after)
     rows = await db.get_messages(session_id, include_inactive=True, limit=MESSAGE_PAGE + 1, latest=True, before_id=before)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,15 @@ def test_jump_to_message_n(tab: Any, viewer: Viewer) -> None:
     assert target.is_visible()
     status, headers, _ = viewer.get("/sessions/long?n=999")
     assert status == 303 and headers["location"].startswith("/sessions/long?page=3#m")
+    # A link to a message (search hits use it) opens the numbered page that holds it.
+    rows = json.loads(viewer.get("/api/sessions/long")[2])["messages"]
+    for ordinal, content, where in ((230, "thanks 45", "page 3 of 3"), (101, PASTED, "page 2 of 3"),
+                                    (1, "question 0", "page 1 of 3")):
+        row = rows[ordinal - 1]
+        assert row["content"] == content
+        tab.goto(f"{viewer.base}sessions/long?at={row['id']}#m{row['id']}")
+        assert tab.locator("nav.pager .where").first.inner_text().startswith(where)
+        assert tab.locator(":target .content").inner_text() == content
 
 
 def test_outline_lists_the_pages_tool_calls_and_errors(tab: Any, viewer: Viewer) -> None:
