@@ -187,10 +187,14 @@ async def test_duplicate_prepared_statement_is_a_pooler_error() -> None:
 async def test_read_only_and_settings_through_pgbouncer(
     pg_bouncer: PgBouncer, pg_schema: str, hermes_home: Path
 ) -> None:
-    """``read_only=True`` and ``server_settings`` from config.yaml hold in every transaction, via ``pooler``."""
+    """``read_only=True`` and ``server_settings`` from config.yaml hold in every transaction, via ``pooler``.
+
+    The timeouts are long: the open waits for the migration lock, which other tests' stores (on the
+    same database, under load) may hold for a while.
+    """
     (hermes_home / "config.yaml").write_text(
         "database:\n  postgres:\n    pooler: transaction\n    connect_args:\n"
-        "      server_settings: {statement_timeout: '54321', lock_timeout: '45000', application_name: hermes-pooled}\n"
+        "      server_settings: {statement_timeout: '654321', lock_timeout: '600000', application_name: hermes-pooled}\n"
     )
     url = pooled_url(pg_bouncer, pg_schema)
     writer = SessionDB(url)
@@ -202,8 +206,8 @@ async def test_read_only_and_settings_through_pgbouncer(
         assert (await reader.storage_info())["schema"] == pg_schema
         for db, read_only in ((writer, "off"), (reader, "on")):
             async with db._backend.pool.acquire() as conn, conn.transaction():
-                assert await conn.fetchval("SHOW statement_timeout") == "54321ms"
-                assert await conn.fetchval("SHOW lock_timeout") == "45s"
+                assert await conn.fetchval("SHOW statement_timeout") == "654321ms"
+                assert await conn.fetchval("SHOW lock_timeout") == "10min"
                 assert await conn.fetchval("SHOW application_name") == "hermes-pooled"
                 assert await conn.fetchval("SHOW transaction_read_only") == read_only
         with pytest.raises(PermissionError):
