@@ -14,7 +14,7 @@ from typing import Any
 
 from .rules import turn_lease_takeover_on_loop
 
-__all__ = ["ABORT_CHECK_SECONDS", "aborted", "could_acquire", "notify_wait", "sleep_until"]
+__all__ = ["ABORT_CHECK_SECONDS", "aborted", "could_acquire", "first_in_line", "notify_wait", "sleep_until"]
 
 log = logging.getLogger("hermes_state")
 
@@ -36,9 +36,17 @@ async def could_acquire(state: dict[str, Any], holder: str, exclusive: bool) -> 
             return True
         if verdict == "busy":
             return False
-    # Waiters ahead count until their ticket expires; whether their process still runs is judged by
-    # the acquire's transaction (off the event loop), which a waiter opens at least every renewal.
-    return not any(float(w[0]) > state["now"] for w in state.get("ahead", ()))
+    return first_in_line(state)
+
+
+def first_in_line(state: dict[str, Any] | None) -> bool:
+    """Whether no live waiter was queued ahead in the look ``state``.
+
+    Waiters ahead count until their ticket expires; whether their process
+    still runs is judged by the acquire's transaction (off the event loop),
+    which a waiter opens at least every renewal.
+    """
+    return state is not None and not any(float(w[0]) > state["now"] for w in state.get("ahead", ()))
 
 
 def aborted(should_abort: Callable[[], bool] | None) -> bool:
@@ -64,17 +72,18 @@ async def notify_wait(on_wait: Callable[..., Any], elapsed: float) -> None:
         log.debug("on_wait raised; ignored", exc_info=True)
 
 
-async def sleep_until(released: asyncio.Event, timeout: float, should_abort: Callable[[], bool] | None) -> None:
-    """Sleep until ``released`` is set, ``timeout`` passes or ``should_abort`` says so."""
+async def sleep_until(released: asyncio.Event, timeout: float, should_abort: Callable[[], bool] | None) -> bool:
+    """Sleep until ``released`` is set, ``timeout`` passes or ``should_abort`` says so; returns whether woken by ``released``."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not released.is_set():
         left = end - loop.time()
         if left <= 0 or aborted(should_abort):
-            return
+            return False
         step = left if should_abort is None else min(left, ABORT_CHECK_SECONDS)
         try:
             await asyncio.wait_for(released.wait(), step)
         except asyncio.TimeoutError:
             pass
     released.clear()
+    return True

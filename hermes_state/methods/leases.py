@@ -32,7 +32,7 @@ from ..lease_wakeups import notify_release, release_waiter, wake_key
 from ..limits import finite_arg
 from ..session_turn import SessionTurn
 from ..turn_fence import MAX_HOLDER_LENGTH, active_fence, holder_arg, session_arg, transcript_fence, ttl_arg
-from ..turn_wait import aborted, could_acquire, notify_wait, sleep_until
+from ..turn_wait import aborted, could_acquire, first_in_line, notify_wait, sleep_until
 
 __all__ = ["MAX_HOLDER_LENGTH", "TurnLeaseMethods", "active_fence", "holder_arg", "transcript_fence", "ttl_arg"]
 
@@ -347,6 +347,7 @@ class TurnLeaseMethods(StoreBase):
         first = True  # granted at the first look: the caller did not wait
         ticket: int | None = None  # our place in the conversation's queue, once we joined it
         renew_at = 0.0
+        state: dict[str, Any] | None
         try:
             state = await self._query("turn_lease_state", session_id)
             with release_waiter(self._lease_database(), state["conversation_id"]) as released:
@@ -357,7 +358,8 @@ class TurnLeaseMethods(StoreBase):
                         return None
                     # Write when the lease could be ours, to join the queue, or to renew our place in it.
                     joining = ticket is None and wait_seconds > 0
-                    if await could_acquire(state, holder, exclusive) or joining or (ticket is not None and loop.time() >= renew_at):
+                    renewing = ticket is not None and loop.time() >= renew_at
+                    if state is None or await could_acquire(state, holder, exclusive) or joining or renewing:
                         try:
                             granted, ticket = await self._acquire_turn(
                                 session_id, holder, ttl, patience, exclusive=exclusive, ticket=ticket,
@@ -381,8 +383,11 @@ class TurnLeaseMethods(StoreBase):
                     pause = min(poll, max(0.0, deadline - loop.time()))
                     if ticket is not None:
                         pause = min(pause, max(0.0, renew_at - loop.time()))
-                    await sleep_until(released, pause, should_abort)
-                    state = await self._query("turn_lease_state", session_id, ticket)
+                    woken = await sleep_until(released, pause, should_abort)
+                    if woken and ticket is not None and first_in_line(state):
+                        state = None  # released, and nobody was ahead of us: try at once, skip the look
+                    else:
+                        state = await self._query("turn_lease_state", session_id, ticket)
         finally:
             if ticket is not None:  # timed out, aborted, failed or cancelled: leave the queue
                 await self._settle(self._withdraw_ticket(ticket))

@@ -66,14 +66,19 @@ _ENQUEUE_SQL = f"""
 INSERT INTO session_turn_waiters (ticket, conversation_id, holder, expires_at, holder_host, holder_pid, holder_started)
 VALUES (nextval('session_turn_lease_tokens'), $1, $2, {DB_NOW} + $3, $4, $5, $6) RETURNING ticket
 """
+# After a grant, in one round trip: the caller's own ticket ($4, may be NULL) leaves the queue, and
+# leases and waiters long expired are swept (the ticket is kept out of the sweep: one statement
+# must not delete a row twice).
 _SWEEP_SQL = f"""
-WITH leases AS (
+WITH mine AS (
+    DELETE FROM session_turn_waiters WHERE ticket = $4
+), leases AS (
     DELETE FROM session_turn_leases WHERE conversation_id IN (
         SELECT conversation_id FROM session_turn_leases WHERE expires_at < {DB_NOW} - $1
         ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 ), waiters AS (
     DELETE FROM session_turn_waiters WHERE ticket IN (
-        SELECT ticket FROM session_turn_waiters WHERE expires_at < {DB_NOW} - $2
+        SELECT ticket FROM session_turn_waiters WHERE expires_at < {DB_NOW} - $2 AND ticket IS DISTINCT FROM $4
         ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 )
 SELECT 1
@@ -137,8 +142,7 @@ async def acquire_turn_lease(conn: Any, cmd: AcquireTurnLease) -> tuple[bool, in
         token = await conn.fetchval(_CLAIM_SQL, key, cmd.holder, cmd.ttl_seconds, *process)
         if token is None:  # another acquire inserted first and committed: its lease
             return False, None, key, False, await _queue(conn, cmd, key)
-    await _drop_ticket(conn, cmd.ticket)
-    await conn.execute(_SWEEP_SQL, SWEEP_GRACE_SECONDS, WAITER_GRACE_SECONDS, _SWEEP_BATCH)
+    await conn.execute(_SWEEP_SQL, SWEEP_GRACE_SECONDS, WAITER_GRACE_SECONDS, _SWEEP_BATCH, cmd.ticket)
     return True, token, key, True, None
 
 
