@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,8 @@ _CELLS = [
 ]
 
 
-async def test_fetch_messages_matches_decode_message_row(store: SessionDB, db_path: Path) -> None:
-    await store.create_session("s", "test")
-    await store.append_message("s", "user", "warm up the schema")
-    await store.close()
+def _decode_both_ways(db_path: Path) -> list[dict[str, Any]]:
+    """Insert the raw cells and compare both decoders on a plain connection; returns the decoded rows."""
     conn = driver_module().connect(str(db_path), isolation_level=None)
     try:
         conn.executemany(
@@ -50,8 +49,17 @@ async def test_fetch_messages_matches_decode_message_row(store: SessionDB, db_pa
         assert fetch_messages(conn, "SELECT id, role FROM messages ORDER BY id") == [
             decode_message_row(r) for r in fetch_dicts(conn, "SELECT id, role FROM messages ORDER BY id")
         ]
+        return expected
     finally:
         conn.close()
+
+
+async def test_fetch_messages_matches_decode_message_row(store: SessionDB, db_path: Path) -> None:
+    await store.create_session("s", "test")
+    await store.append_message("s", "user", "warm up the schema")
+    await store.close()
+    # A plain connection blocks: on a worker thread, never on the loop (the suite runs under BlockBuster).
+    expected = await asyncio.to_thread(_decode_both_ways, db_path)
     reopened = SessionDB(db_path)
     try:
         assert await reopened.get_messages("s") == expected
