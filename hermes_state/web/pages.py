@@ -6,6 +6,7 @@ Each handler reads through the public ``SessionDB`` API of the store in
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Any
 
@@ -24,10 +25,12 @@ from .views import message_view, segments, session_href, snippet_parts, when
 
 __all__ = [
     "highlight_stylesheet", "sessions_page", "session_page", "search_page", "usage_page", "tail_fragment", "session_total",
-    "SEARCH_PAGE", "SEARCH_FIELDS",
+    "SEARCH_PAGE", "SEARCH_FIELDS", "SEARCH_COUNT_CAP", "search_with_count",
 ]
 
 SEARCH_PAGE = 20
+# Counting stops here: past it the page says "1,000+ matches" (a very common word costs no more).
+SEARCH_COUNT_CAP = 1000
 # What the search page shows of a hit (the surrounding messages are one click away).
 SEARCH_FIELDS = ("id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model")
 USAGE_DAYS = 30
@@ -54,6 +57,15 @@ async def session_total(db: Any, filters: ListFilters, hidden: bool) -> int | No
     if filters.q:
         return None
     return int(await db.session_count(exclude_children=True, **filters.narrowing(hidden)))
+
+
+async def search_with_count(db: Any, query: str, page: int, limit: int, **kwargs: Any) -> tuple[list[dict[str, Any]], int]:
+    """``(hits, total)``: ``limit`` hits of ``search_messages`` from page ``page`` and how many there are
+    over all pages (at most ``SEARCH_COUNT_CAP``), the two asked concurrently so the count adds no wait."""
+    return await asyncio.gather(
+        db.search_messages(query, limit=limit, offset=(page - 1) * SEARCH_PAGE, **kwargs),
+        db.count_search_matches(query, cap=SEARCH_COUNT_CAP),
+    )
 
 
 def _session_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -248,9 +260,10 @@ async def search_page(request: Request) -> Response:
         page = page_number(request.query_params.get("page"))
     except BadRequest as exc:
         return bad_request(request, exc)
-    hits = []
+    hits: list[dict[str, Any]] = []
+    total = 0
     if query:
-        hits = await db.search_messages(query, limit=SEARCH_PAGE + 1, offset=(page - 1) * SEARCH_PAGE, fields=SEARCH_FIELDS)
+        hits, total = await search_with_count(db, query, page, SEARCH_PAGE + 1, fields=SEARCH_FIELDS)
     more = len(hits) > SEARCH_PAGE
     shown = []
     for hit in hits[:SEARCH_PAGE]:
@@ -260,8 +273,9 @@ async def search_page(request: Request) -> Response:
         link = [("at", hit["id"]), *(("hl", word) for word in marked or [query])]
         shown.append({**hit, "when": when(hit.get("timestamp"))[0], "snippet_parts": parts, "link": link})
     first = (page - 1) * SEARCH_PAGE + 1
+    capped = total >= SEARCH_COUNT_CAP
     return _render(request, "search.html", query=query, hits=shown, page=page, more=more, first=first,
-                   last=first + len(shown) - 1)
+                   last=first + len(shown) - 1, total=total, capped=capped, pages=max(1, -(-total // SEARCH_PAGE)))
 
 
 def _usage_window(request: Request) -> tuple[str, str]:
