@@ -6,7 +6,6 @@ Each handler reads through the public ``SessionDB`` API of the store in
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from typing import Any
 
@@ -17,6 +16,7 @@ from .chart import METRICS, day_chart
 from .filters import (
     PAGE_SIZE, SORTS, BadRequest, ListFilters, day_bounds, is_session_id, list_filters, page_number, supports_hidden, text_param,
 )
+from .hitcount import SEARCH_COUNT_CAP, HitCounts
 from .markup import highlight_css
 from .outline import outline, search_session
 from .trace import turn_costs, turns
@@ -25,12 +25,10 @@ from .views import message_view, segments, session_href, snippet_parts, when
 
 __all__ = [
     "highlight_stylesheet", "sessions_page", "session_page", "search_page", "usage_page", "tail_fragment", "session_total",
-    "SEARCH_PAGE", "SEARCH_FIELDS", "SEARCH_COUNT_CAP", "search_with_count",
+    "SEARCH_PAGE", "SEARCH_FIELDS", "search_with_count",
 ]
 
 SEARCH_PAGE = 20
-# Counting stops here: past it the page says "1,000+ matches" (a very common word costs no more).
-SEARCH_COUNT_CAP = 1000
 # What the search page shows of a hit (the surrounding messages are one click away).
 SEARCH_FIELDS = ("id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model")
 USAGE_DAYS = 30
@@ -59,13 +57,10 @@ async def session_total(db: Any, filters: ListFilters, hidden: bool) -> int | No
     return int(await db.session_count(exclude_children=True, **filters.narrowing(hidden)))
 
 
-async def search_with_count(db: Any, query: str, page: int, limit: int, **kwargs: Any) -> tuple[list[dict[str, Any]], int]:
-    """``(hits, total)``: ``limit`` hits of ``search_messages`` from page ``page`` and how many there are
-    over all pages (at most ``SEARCH_COUNT_CAP``), the two asked concurrently so the count adds no wait."""
-    return await asyncio.gather(
-        db.search_messages(query, limit=limit, offset=(page - 1) * SEARCH_PAGE, **kwargs),
-        db.count_search_matches(query, cap=SEARCH_COUNT_CAP),
-    )
+async def search_with_count(request: Request, query: str, page: int, limit: int, **kwargs: Any) -> tuple[list[dict[str, Any]], int]:
+    """``(hits, total)``: ``limit`` hits from page ``page`` of the results and how many there are over all pages."""
+    counts: HitCounts = request.app.state.hit_counts
+    return await counts.search(_db(request), query, (page - 1) * SEARCH_PAGE, limit, **kwargs)
 
 
 def _session_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -254,7 +249,6 @@ async def tail_fragment(request: Request) -> Response:
 
 
 async def search_page(request: Request) -> Response:
-    db = _db(request)
     try:
         query = text_param(request.query_params, "q")
         page = page_number(request.query_params.get("page"))
@@ -263,7 +257,7 @@ async def search_page(request: Request) -> Response:
     hits: list[dict[str, Any]] = []
     total = 0
     if query:
-        hits, total = await search_with_count(db, query, page, SEARCH_PAGE + 1, fields=SEARCH_FIELDS)
+        hits, total = await search_with_count(request, query, page, SEARCH_PAGE + 1, fields=SEARCH_FIELDS)
     more = len(hits) > SEARCH_PAGE
     shown = []
     for hit in hits[:SEARCH_PAGE]:

@@ -12,7 +12,8 @@ from urllib.parse import quote
 import pytest
 
 from hermes_state import SessionDB
-from hermes_state.web.pages import SEARCH_COUNT_CAP, SEARCH_PAGE
+from hermes_state.web.hitcount import SEARCH_COUNT_CAP
+from hermes_state.web.pages import SEARCH_PAGE
 from tests.cli_support import run_cli
 from tests.web.support import BACKEND_PARAMS, HOSTILE_ID, URL_ID, SeededStore, Viewer, fresh_store, request, run_seed
 
