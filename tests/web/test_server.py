@@ -6,6 +6,8 @@ import hashlib
 import json
 import re
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -15,7 +17,9 @@ from hermes_state import SessionDB
 from hermes_state.web.hitcount import SEARCH_COUNT_CAP
 from hermes_state.web.pages import SEARCH_PAGE
 from tests.cli_support import run_cli
-from tests.web.support import BACKEND_PARAMS, HOSTILE_ID, URL_ID, SeededStore, Viewer, fresh_store, request, run_seed
+from tests.web.support import (
+    BACKEND_PARAMS, HOSTILE_ID, URL_ID, SeededStore, Viewer, fresh_store, request, run_seed, write_elsewhere,
+)
 
 PAGES = ["/", "/sessions/deploy", "/sessions/deploy?view=trace", "/sessions/deploy?q=docker", "/search?q=zebrafish", "/usage",
          "/api/sessions", "/api/sessions/deploy", "/assets/highlight.css",
@@ -122,31 +126,46 @@ def test_search_shows_the_total_over_all_pages(viewer: Viewer) -> None:
     assert status == 200 and headers["x-total-count"] == "0" and json.loads(body) == []
 
 
-async def _many_hits(store: SessionDB) -> None:
-    await store.create_session("busy", "cli")
-    await store.append_messages_batch(
-        "busy", [{"role": "user", "content": f"heron sighting {n}"} for n in range(SEARCH_COUNT_CAP + 5)])
+@contextmanager
+def _herons(backend: str, directory: Path, web_home: Path, n: int) -> Iterator[tuple[Viewer, str]]:
+    """``(viewer, db)``: a viewer on a fresh store of ``backend`` holding ``n`` messages that say "heron"."""
+    async def fill(store: SessionDB) -> None:
+        await store.create_session("busy", "cli")
+        await store.append_messages_batch("busy", [{"role": "user", "content": f"heron sighting {k}"} for k in range(n)])
 
-
-@pytest.mark.parametrize("backend", BACKEND_PARAMS)
-def test_search_counts_stop_at_the_cap(tmp_path: Path, web_home: Path, backend: str) -> None:
-    db, drop = fresh_store(backend, tmp_path / "busy", _many_hits)
+    db, drop = fresh_store(backend, directory, fill)
     try:
         viewer = Viewer(web_home, db)
         try:
-            pages = SEARCH_COUNT_CAP // SEARCH_PAGE
-            assert _hit_count(viewer, "/search?q=heron") == (f"Matches 1–20 of {SEARCH_COUNT_CAP:,}+", f"page 1 of {pages}+")
-            page = viewer.get("/search?q=heron")[2].decode()
-            assert 'class="last"' not in page and 'rel="next"' in page  # the last page is unknown; the next one is not
-            # Past the counted pages the next link still follows the hits.
-            assert _hit_count(viewer, f"/search?q=heron&page={pages + 1}")[0] == (
-                f"Matches {SEARCH_COUNT_CAP + 1:,}–{SEARCH_COUNT_CAP + 5:,} of {SEARCH_COUNT_CAP:,}+")
-            _, headers, _ = viewer.get("/api/search?q=heron")
-            assert headers["x-total-count"] == str(SEARCH_COUNT_CAP) and headers["x-total-count-capped"] == "1"
+            yield viewer, db
         finally:
             assert viewer.stop() == 0
     finally:
         drop()
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_search_counts_stop_at_the_cap(tmp_path: Path, web_home: Path, backend: str) -> None:
+    with _herons(backend, tmp_path / "busy", web_home, SEARCH_COUNT_CAP + 5) as (viewer, _):
+        pages = SEARCH_COUNT_CAP // SEARCH_PAGE
+        assert _hit_count(viewer, "/search?q=heron") == (f"Matches 1–20 of {SEARCH_COUNT_CAP:,}+", f"page 1 of {pages}+")
+        page = viewer.get("/search?q=heron")[2].decode()
+        assert 'class="last"' not in page and 'rel="next"' in page  # the last page is unknown; the next one is not
+        # Past the counted pages the next link still follows the hits.
+        assert _hit_count(viewer, f"/search?q=heron&page={pages + 1}")[0] == (
+            f"Matches {SEARCH_COUNT_CAP + 1:,}–{SEARCH_COUNT_CAP + 5:,} of {SEARCH_COUNT_CAP:,}+")
+        _, headers, _ = viewer.get("/api/search?q=heron")
+        assert headers["x-total-count"] == str(SEARCH_COUNT_CAP) and headers["x-total-count-capped"] == "1"
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_a_remembered_count_never_trails_the_hits(tmp_path: Path, web_home: Path, backend: str) -> None:
+    with _herons(backend, tmp_path / "few", web_home, 25) as (viewer, db):
+        assert _hit_count(viewer, "/search?q=heron") == ("Matches 1–20 of 25", "page 1 of 2")
+        # Another process adds 30 more while later pages reuse the first page's count.
+        write_elsewhere(db, web_home, '        await db.append_messages_batch("busy", '
+                                      '[{"role": "user", "content": f"heron again {n}"} for n in range(30)])')
+        assert _hit_count(viewer, "/search?q=heron&page=3") == ("Matches 41–55 of 55", "page 3 of 3")
 
 
 def _sidecars(path: Path) -> list[str]:
