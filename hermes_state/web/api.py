@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .filters import PAGE_SIZE, BadRequest, is_session_id, list_filters, page_number, supports_hidden, text_param
-from .pages import SEARCH_PAGE, session_total
+from .hitcount import SEARCH_COUNT_CAP
+from .pages import SEARCH_PAGE, search_with_count, session_total
 from .render import json_response
 from .transcript import message_id
 
@@ -70,13 +71,24 @@ async def session_api(request: Request) -> Response:
 
 
 async def search_api(request: Request) -> Response:
-    """``GET /api/search?q=``: ``search_messages`` hits (each with ``session_id``), ``page=`` for more."""
-    db: Any = request.app.state.db
+    """``GET /api/search?q=``: ``search_messages`` hits (each with ``session_id``), ``page=`` for more.
+
+    ``X-Total-Count`` says how many messages match over all pages, as on ``/api/sessions``; counting
+    stops at ``SEARCH_COUNT_CAP`` (1,000), and a count that reached it also sends ``X-Total-Count-Capped: 1``;
+    later pages of a query reuse its count for up to 30 s.
+    """
     try:
         query = text_param(request.query_params, "q")
         page = page_number(request.query_params.get("page"))
     except BadRequest as exc:
         return _error(400, str(exc))
     if not query:
-        return json_response([])
-    return json_response(await db.search_messages(query, limit=SEARCH_PAGE, offset=(page - 1) * SEARCH_PAGE))
+        response = json_response([])
+        response.headers["x-total-count"] = "0"
+        return response
+    hits, total = await search_with_count(request, query, page, SEARCH_PAGE)
+    response = json_response(hits)
+    response.headers["x-total-count"] = str(total)
+    if total >= SEARCH_COUNT_CAP:
+        response.headers["x-total-count-capped"] = "1"
+    return response

@@ -19,6 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .api import search_api, session_api, sessions_api
+from .hitcount import HitCounts
 from .pages import highlight_stylesheet, search_page, session_page, sessions_page, tail_fragment, usage_page
 from .render import Renderer
 from .security import ASGIApp, Guard, HostRule, TokenGate
@@ -68,5 +69,6 @@ def create_app(
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found, Exception: _server_error})
     app.state.db = db
     app.state.renderer = Renderer()
+    app.state.hit_counts = HitCounts()
     inner: ASGIApp = app if token is None else TokenGate(app, token, cookie_name)
     return Guard(inner, HostRule(host))

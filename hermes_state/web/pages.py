@@ -16,6 +16,7 @@ from .chart import METRICS, day_chart
 from .filters import (
     PAGE_SIZE, SORTS, BadRequest, ListFilters, day_bounds, is_session_id, list_filters, page_number, supports_hidden, text_param,
 )
+from .hitcount import SEARCH_COUNT_CAP, HitCounts
 from .markup import highlight_css
 from .outline import outline, search_session
 from .trace import turn_costs, turns
@@ -24,7 +25,7 @@ from .views import message_view, segments, session_href, snippet_parts, when
 
 __all__ = [
     "highlight_stylesheet", "sessions_page", "session_page", "search_page", "usage_page", "tail_fragment", "session_total",
-    "SEARCH_PAGE", "SEARCH_FIELDS",
+    "SEARCH_PAGE", "SEARCH_FIELDS", "search_with_count",
 ]
 
 SEARCH_PAGE = 20
@@ -54,6 +55,12 @@ async def session_total(db: Any, filters: ListFilters, hidden: bool) -> int | No
     if filters.q:
         return None
     return int(await db.session_count(exclude_children=True, **filters.narrowing(hidden)))
+
+
+async def search_with_count(request: Request, query: str, page: int, limit: int, **kwargs: Any) -> tuple[list[dict[str, Any]], int]:
+    """``(hits, total)``: ``limit`` hits from page ``page`` of the results and how many there are over all pages."""
+    counts: HitCounts = request.app.state.hit_counts
+    return await counts.search(_db(request), query, (page - 1) * SEARCH_PAGE, limit, **kwargs)
 
 
 def _session_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -242,15 +249,15 @@ async def tail_fragment(request: Request) -> Response:
 
 
 async def search_page(request: Request) -> Response:
-    db = _db(request)
     try:
         query = text_param(request.query_params, "q")
         page = page_number(request.query_params.get("page"))
     except BadRequest as exc:
         return bad_request(request, exc)
-    hits = []
+    hits: list[dict[str, Any]] = []
+    total = 0
     if query:
-        hits = await db.search_messages(query, limit=SEARCH_PAGE + 1, offset=(page - 1) * SEARCH_PAGE, fields=SEARCH_FIELDS)
+        hits, total = await search_with_count(request, query, page, SEARCH_PAGE + 1, fields=SEARCH_FIELDS)
     more = len(hits) > SEARCH_PAGE
     shown = []
     for hit in hits[:SEARCH_PAGE]:
@@ -260,8 +267,9 @@ async def search_page(request: Request) -> Response:
         link = [("at", hit["id"]), *(("hl", word) for word in marked or [query])]
         shown.append({**hit, "when": when(hit.get("timestamp"))[0], "snippet_parts": parts, "link": link})
     first = (page - 1) * SEARCH_PAGE + 1
+    capped = total >= SEARCH_COUNT_CAP
     return _render(request, "search.html", query=query, hits=shown, page=page, more=more, first=first,
-                   last=first + len(shown) - 1)
+                   last=first + len(shown) - 1, total=total, capped=capped, pages=max(1, -(-total // SEARCH_PAGE)))
 
 
 def _usage_window(request: Request) -> tuple[str, str]:

@@ -6,14 +6,20 @@ import hashlib
 import json
 import re
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from hermes_state import SessionDB
+from hermes_state.web.hitcount import SEARCH_COUNT_CAP
+from hermes_state.web.pages import SEARCH_PAGE
 from tests.cli_support import run_cli
-from tests.web.support import HOSTILE_ID, URL_ID, SeededStore, Viewer, request, run_seed
+from tests.web.support import (
+    BACKEND_PARAMS, HOSTILE_ID, URL_ID, SeededStore, Viewer, fresh_store, request, run_seed, write_elsewhere,
+)
 
 PAGES = ["/", "/sessions/deploy", "/sessions/deploy?view=trace", "/sessions/deploy?q=docker", "/search?q=zebrafish", "/usage",
          "/api/sessions", "/api/sessions/deploy", "/assets/highlight.css",
@@ -93,6 +99,73 @@ def test_listing_filters(viewer: Viewer) -> None:
     for bad in ("sort=price", "min_cost=-1", "min_cost=nan", "min_messages=x"):
         status, _, body = viewer.get("/api/sessions?" + bad)
         assert status == 400 and bad.split("=")[0].encode() in body, bad
+
+
+def _hit_count(viewer: Viewer, path: str) -> tuple[str, str]:
+    """The search page's hit count line and its pager's "page N of M"."""
+    status, _, body = viewer.get(path)
+    assert status == 200, path
+    page = body.decode()
+    count = re.search(r'<p class="hit-count">(.*?)</p>', page)
+    where = re.search(r'<span class="where">(.*?)</span>', page)
+    assert count and where, path
+    return count.group(1), where.group(1)
+
+
+def test_search_shows_the_total_over_all_pages(viewer: Viewer) -> None:
+    # "thanks N" closes each of the long session's 50 turns: three pages of hits.
+    assert _hit_count(viewer, "/search?q=thanks") == ("Matches 1–20 of 50", "page 1 of 3")
+    assert _hit_count(viewer, "/search?q=thanks&page=3") == ("Matches 41–50 of 50", "page 3 of 3")
+    assert 'class="last" href="/search?q=thanks&amp;page=3"' in viewer.get("/search?q=thanks")[2].decode()
+    assert _hit_count(viewer, "/search?q=kingfisher") == ("1 match", "page 1 of 1")
+    assert _hit_count(viewer, "/search?q=nomatchword") == ("0 matches", "page 1 of 1")
+    status, headers, body = viewer.get("/api/search?q=thanks&page=3")
+    assert status == 200 and headers["x-total-count"] == "50" and "x-total-count-capped" not in headers
+    assert len(json.loads(body)) == 50 - 2 * SEARCH_PAGE
+    status, headers, body = viewer.get("/api/search?q=nomatchword")
+    assert status == 200 and headers["x-total-count"] == "0" and json.loads(body) == []
+
+
+@contextmanager
+def _herons(backend: str, directory: Path, web_home: Path, n: int) -> Iterator[tuple[Viewer, str]]:
+    """``(viewer, db)``: a viewer on a fresh store of ``backend`` holding ``n`` messages that say "heron"."""
+    async def fill(store: SessionDB) -> None:
+        await store.create_session("busy", "cli")
+        await store.append_messages_batch("busy", [{"role": "user", "content": f"heron sighting {k}"} for k in range(n)])
+
+    db, drop = fresh_store(backend, directory, fill)
+    try:
+        viewer = Viewer(web_home, db)
+        try:
+            yield viewer, db
+        finally:
+            assert viewer.stop() == 0
+    finally:
+        drop()
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_search_counts_stop_at_the_cap(tmp_path: Path, web_home: Path, backend: str) -> None:
+    with _herons(backend, tmp_path / "busy", web_home, SEARCH_COUNT_CAP + 5) as (viewer, _):
+        pages = SEARCH_COUNT_CAP // SEARCH_PAGE
+        assert _hit_count(viewer, "/search?q=heron") == (f"Matches 1–20 of {SEARCH_COUNT_CAP:,}+", f"page 1 of {pages}+")
+        page = viewer.get("/search?q=heron")[2].decode()
+        assert 'class="last"' not in page and 'rel="next"' in page  # the last page is unknown; the next one is not
+        # Past the counted pages the next link still follows the hits.
+        assert _hit_count(viewer, f"/search?q=heron&page={pages + 1}")[0] == (
+            f"Matches {SEARCH_COUNT_CAP + 1:,}–{SEARCH_COUNT_CAP + 5:,} of {SEARCH_COUNT_CAP:,}+")
+        _, headers, _ = viewer.get("/api/search?q=heron")
+        assert headers["x-total-count"] == str(SEARCH_COUNT_CAP) and headers["x-total-count-capped"] == "1"
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_a_remembered_count_never_trails_the_hits(tmp_path: Path, web_home: Path, backend: str) -> None:
+    with _herons(backend, tmp_path / "few", web_home, 25) as (viewer, db):
+        assert _hit_count(viewer, "/search?q=heron") == ("Matches 1–20 of 25", "page 1 of 2")
+        # Another process adds 30 more while later pages reuse the first page's count.
+        write_elsewhere(db, web_home, '        await db.append_messages_batch("busy", '
+                                      '[{"role": "user", "content": f"heron again {n}"} for n in range(30)])')
+        assert _hit_count(viewer, "/search?q=heron&page=3") == ("Matches 41–55 of 55", "page 3 of 3")
 
 
 def _sidecars(path: Path) -> list[str]:
