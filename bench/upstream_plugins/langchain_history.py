@@ -24,13 +24,20 @@ from hermes_state.integrations.langchain import HermesChatMessageHistory
 _dirs: list[tempfile.TemporaryDirectory] = []
 
 
+def _root() -> Path:
+    """The directory every history's store file goes in, made once at configure time (never on a loop)."""
+    if not _dirs:
+        _dirs.append(tempfile.TemporaryDirectory(prefix="hs-langchain-"))
+    return Path(_dirs[0].name)
+
+
 class StoreBackedHistory(HermesChatMessageHistory):
     """``InMemoryChatMessageHistory(messages=[...])`` on a fresh hermes-state store."""
 
     def __init__(self, messages: Sequence[Any] | None = None, **_: Any) -> None:
-        tmp = tempfile.TemporaryDirectory(prefix="hs-langchain-")
-        _dirs.append(tmp)
-        super().__init__(f"lc-{uuid.uuid4().hex}", SessionDB(Path(tmp.name) / "state.db"))
+        # The tests build histories on a running loop: no I/O here (the store opens at first use).
+        name = uuid.uuid4().hex
+        super().__init__(f"lc-{name}", SessionDB(_root() / f"{name}.db"))
         if messages:
             self.add_messages(list(messages))
 
@@ -44,4 +51,5 @@ class StoreBackedHistory(HermesChatMessageHistory):
 
 
 def pytest_configure(config: Any) -> None:
+    _root()
     langchain_core.chat_history.InMemoryChatMessageHistory = StoreBackedHistory  # type: ignore[misc]
