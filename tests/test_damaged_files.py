@@ -110,6 +110,9 @@ async def test_damaged_page_stops_writes_and_repair_salvages_the_rest(db_path: P
     assert report["ok"], report
     assert report["steps"][-1] == "salvage"
     backup = Path(report["backup"])
+    # The reference's keys for the same facts.
+    assert report["repaired"] is True and report["strategy"] == "salvage" and report["error"] is None
+    assert report["backup_path"] == report["backup"]
     assert backup.exists() and digest(backup) == before
     lost = ROWS + 1 - report["recovered"]["messages"]
     assert 0 < lost < 40  # one page of rows, not the table

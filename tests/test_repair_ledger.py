@@ -67,6 +67,8 @@ async def test_three_failures_then_refusal_until_the_file_changes(db_path: Path,
 
     first = await repair_state_db_schema(db_path)
     assert not first["ok"] and first["failed_attempts"] == 1 and first["ledger"] == str(ledger_file)
+    assert first["repaired"] is False and first["strategy"] is None and first["error"]
+    assert first["backup_path"] == first["backup"]
     assert first["backup_reused"] is False
     assert mode(ledger_file) == 0o600 and mode(Path(first["backup"])) == 0o600
     assert ledger(db_path)["failed_attempts"] == 1
@@ -85,6 +87,7 @@ async def test_three_failures_then_refusal_until_the_file_changes(db_path: Path,
     assert refused["ok"] is False and refused["refused"] is True and refused["steps"] == []
     assert refused["failed_attempts"] == 3 and refused["backup"] is None
     assert "manual recovery is required" in refused["error"]
+    assert refused["repaired"] is False and refused["backup_path"] is None
     assert f'sqlite3 {db_path} ".recover"' in refused["error"] and str(ledger_file) in refused["error"]
     assert (db_path.read_bytes(), backups(db_path), db_path.stat().st_mtime_ns) == before  # not even probed
     assert ledger(db_path)["failed_attempts"] == 3  # a refusal is not an attempt
@@ -114,6 +117,7 @@ async def test_any_success_clears_the_ledger(db_path: Path, tmp_path: Path) -> N
     shutil.copyfile(healthy, db_path)  # a restored file is another fingerprint
     report = await repair_state_db_schema(db_path)
     assert report["ok"] and report["integrity"] == "ok"  # already healthy counts as a success
+    assert report["repaired"] is True and report["strategy"] == "already_healthy"
     assert not Path(f"{db_path}.repair-attempts.json").exists()
     db = SessionDB(db_path)
     try:

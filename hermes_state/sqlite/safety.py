@@ -133,7 +133,10 @@ def repair_database(path: os.PathLike[str] | str, *, backup: bool = True) -> dic
     ``salvage``: copy every readable row into a fresh file that replaces the
     damaged one (which is kept: the backup, or without one the file itself
     moved aside). The result is ``{"ok": bool, "backup": path or None,
-    "steps": [...], "integrity": "ok" or the remaining problems}``, where
+    "steps": [...], "integrity": "ok" or the remaining problems}`` plus the
+    reference's keys for the same facts (``repaired``, ``strategy``: the step
+    that made the file sound or ``"already_healthy"``, ``backup_path`` and
+    ``error``), where
     ``ok`` means the file is sound now; after a salvage it also holds
     ``"recovered"`` (rows per table), ``"unreadable"`` (lost rowid ranges per
     table), ``"missing_tables"`` and ``"placeholder_sessions"``, which say
@@ -153,7 +156,7 @@ def repair_database(path: os.PathLike[str] | str, *, backup: bool = True) -> dic
     refused = refusal(path)
     if refused is not None:
         log.error("repair of %s refused: %s", path, refused["error"])
-        return refused
+        return _upstream_keys(refused)
     attempted = fingerprint(path)
     try:
         result = _repair(path, backup)
@@ -167,6 +170,26 @@ def repair_database(path: os.PathLike[str] | str, *, backup: bool = True) -> dic
         result["ledger"] = str(ledger_path(path))
     level = logging.WARNING if result["ok"] else logging.ERROR
     log.log(level, "repair of %s: %s", path, result)
+    return _upstream_keys(result)
+
+
+# The reference's name for the step that made the file sound, by ours.
+_STRATEGIES = {"fts_rebuild": "rebuild_fts", "reindex": "reindex_btree", "vacuum": "vacuum", "salvage": "salvage"}
+
+
+def _upstream_keys(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with the reference's keys beside ours: ``repaired``, ``strategy``, ``backup_path``, ``error``."""
+    ok = bool(result.get("ok"))
+    steps = [s for s in result.get("steps", ()) if " failed: " not in s]
+    strategy = None
+    if ok:
+        strategy = _STRATEGIES.get(steps[-1], steps[-1]) if steps else "already_healthy"
+    result["repaired"] = ok
+    result["strategy"] = strategy
+    result["backup_path"] = result.get("backup")
+    if not ok and not result.get("error"):
+        result["error"] = f"the file is still damaged after {', '.join(result.get('steps', ())) or 'no step'}: {result.get('integrity')}"
+    result.setdefault("error", None)
     return result
 
 
