@@ -13,8 +13,8 @@ import asyncio
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from .commands.leases import TurnFence
 from .errors import (
@@ -23,6 +23,8 @@ from .errors import (
     SessionTurnLeaseLostError,
 )
 from .lease_host import is_local, own_process, pid_is_gone, process_is_gone, reads_proc
+
+T = TypeVar("T")
 
 __all__ = [
     "import_result",
@@ -152,10 +154,7 @@ async def turn_lease_takeover_on_loop(
 ) -> str:
     """:func:`turn_lease_takeover` for a caller on the event loop: a judgement that reads ``/proc`` runs on a thread."""
     args = (holder, exclusive, row_holder, expires_at, row_host, row_pid, row_started, now)
-    if expires_at > now and reads_proc(row_host, row_pid):
-        return await asyncio.to_thread(turn_lease_takeover, *args)
-    await own_process()  # this process's start time, read off the loop once
-    return turn_lease_takeover(*args)
+    return await _judge_on_loop(turn_lease_takeover, args, expires_at > now and reads_proc(row_host, row_pid))
 
 
 def turn_waiter_alive(expires_at: float, host: str | None, pid: int | None, started: int | None, now: float) -> bool:
@@ -167,10 +166,16 @@ async def turn_waiter_alive_on_loop(
     expires_at: float, host: str | None, pid: int | None, started: int | None, now: float
 ) -> bool:
     """:func:`turn_waiter_alive` for a caller on the event loop: a judgement that reads ``/proc`` runs on a thread."""
-    if expires_at > now and reads_proc(host, pid):
-        return await asyncio.to_thread(turn_waiter_alive, expires_at, host, pid, started, now)
+    args = (expires_at, host, pid, started, now)
+    return await _judge_on_loop(turn_waiter_alive, args, expires_at > now and reads_proc(host, pid))
+
+
+async def _judge_on_loop(judge: Callable[..., T], args: tuple[Any, ...], reads: bool) -> T:
+    """``judge(*args)`` from the event loop: on a worker thread when it ``reads`` another process's ``/proc``."""
+    if reads:
+        return await asyncio.to_thread(judge, *args)
     await own_process()  # this process's start time, read off the loop once
-    return turn_waiter_alive(expires_at, host, pid, started, now)
+    return judge(*args)
 
 
 def merged_model_config(stored: str | None, given: str | None) -> str | None:
