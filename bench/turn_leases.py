@@ -418,7 +418,8 @@ async def main() -> int:
     parser.add_argument("--parts", default="cost,handoff,fairness")
     parser.add_argument("--processes", type=int, default=8, help="fairness: processes taking turns")
     parser.add_argument("--turns", type=int, default=50, help="fairness: turns per process")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per fence-cost shape")
+    # 15 rounds: a 5-round median of the 50-agent shape swung 1.01x-1.18x between identical runs on a quiet machine.
+    parser.add_argument("--rounds", type=int, default=15, help="alternating rounds per fence-cost shape")
     parser.add_argument("--handoffs", type=int, default=200, help="hand-off rounds (the baseline runs a tenth as many)")
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
