@@ -27,7 +27,7 @@ from .config import PostgresConfig, load_postgres_config
 from .core_boundary import CoreBoundary
 from .dsn import asyncpg_dsn, commit_outcome_timeout, endpoint, redact_dsn, url_connect_kwargs, url_store_options
 from .errors import is_busy, is_disconnect, is_pooler_symptom, pooler_error, to_store_error
-from .failover import DEFAULT_COMMIT_OUTCOME_TIMEOUT, connect_error, is_read_only_error, no_writable_server, writable_target
+from .failover import DEFAULT_COMMIT_OUTCOME_TIMEOUT, connect_at, is_read_only_error, no_writable_server, writable_target
 from .hosts import peer
 from .lease_listener import LeaseReleaseListener
 from .outcome import batch_committed
@@ -174,14 +174,12 @@ class PostgresBackend:
         # A writable store reads its own writes from the primary too, so both connect to a writable host.
         return kwargs if self.read_only else {**kwargs, **writable_target(self.dsn)}
 
-    def _connect_kwargs(self) -> dict[str, Any]:
+    def _shaped_connector(self, dsn: str, kwargs: dict[str, Any]) -> Connector:
+        """A connector to ``dsn``; behind a transaction pooler the URL's settings travel per transaction."""
+        server = asyncpg_dsn(dsn)
         if self._pooled:
-            return for_transaction_pooler(self._direct_kwargs(), url_server_settings(asyncpg_dsn(self.dsn)))
-        return self._direct_kwargs()
-
-    def _server_dsn(self) -> str:
-        dsn = asyncpg_dsn(self.dsn)
-        return without_url_settings(dsn) if self._pooled else dsn
+            return Connector(without_url_settings(server), for_transaction_pooler(kwargs, url_server_settings(server)))
+        return Connector(server, kwargs)
 
     def commit_outcome_timeout(self) -> float:
         """Seconds to keep reconnecting to resolve a lost COMMIT reply: config.yaml, else the URL, else 30."""
@@ -193,18 +191,12 @@ class PostgresBackend:
     def _connector(self) -> Connector:
         """The connector every connection of this store opens through (one, so it learns the server's TLS answer)."""
         if self._shared_connector is None:
-            self._shared_connector = Connector(self._server_dsn(), self._connect_kwargs())
+            self._shared_connector = self._shaped_connector(self.dsn, self._direct_kwargs())
         return self._shared_connector
 
     async def _connect_writer(self) -> Any:
         load_driver()
-        try:
-            conn = await self._connector().connect()
-        except Exception as exc:
-            err = connect_error(self.endpoint, exc)
-            if err is None:
-                raise
-            raise err from exc
+        conn = await connect_at(self._connector(), self.endpoint)
         if self.read_only:
             return conn
         where = peer(conn, self.endpoint)
@@ -226,14 +218,7 @@ class PostgresBackend:
             return await self._connect_writer()
         kwargs = self._direct_kwargs()
         kwargs["server_settings"] = {**url_server_settings(asyncpg_dsn(self.dsn)), **(kwargs.get("server_settings") or {})}
-        where = endpoint(self._listen_url)
-        try:
-            return await Connector(asyncpg_dsn(self._listen_url), kwargs).connect()
-        except Exception as exc:
-            err = connect_error(where, exc)
-            if err is None:
-                raise
-            raise err from exc
+        return await connect_at(Connector(asyncpg_dsn(self._listen_url), kwargs), endpoint(self._listen_url))
 
     async def _notify(self, channel: str) -> None:
         """Send a notification on ``channel`` from a connection of its own (the listener's check; the read
@@ -317,10 +302,7 @@ class PostgresBackend:
     def _replica_pool(self, dsn: str) -> ConnectionPool:
         """A read pool on replica ``dsn``: read-only connections, any host it lists, this store's pool options."""
         kwargs = self.pg_config.connect_kwargs(read_only=True, base=url_connect_kwargs(dsn))
-        server = asyncpg_dsn(dsn)
-        if self._pooled:
-            kwargs, server = for_transaction_pooler(kwargs, url_server_settings(server)), without_url_settings(server)
-        return ConnectionPool(Connector(server, kwargs), self.pg_config, endpoint(dsn))
+        return ConnectionPool(self._shaped_connector(dsn, kwargs), self.pg_config, endpoint(dsn))
 
     def read_routing(self) -> dict[str, Any] | None:
         """How reads were routed and each replica's last known lag (None without replicas; no I/O)."""

@@ -17,10 +17,12 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import DatabaseUnavailableError
+from .client_files import Connector
 from .errors import unavailable
 
 __all__ = [
     "DEFAULT_COMMIT_OUTCOME_TIMEOUT",
+    "connect_at",
     "connect_error",
     "is_read_only_error",
     "no_writable_server",
@@ -67,3 +69,14 @@ def connect_error(where: str, exc: BaseException) -> DatabaseUnavailableError | 
     if isinstance(exc, (OSError, asyncio.TimeoutError)):
         return unavailable(where, exc)
     return None
+
+
+async def connect_at(connector: Connector, where: str) -> Any:
+    """A new connection from ``connector``; a failure to reach ``where`` raises the store's error naming it."""
+    try:
+        return await connector.connect()
+    except Exception as exc:
+        err = connect_error(where, exc)
+        if err is None:
+            raise
+        raise err from exc

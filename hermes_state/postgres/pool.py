@@ -44,7 +44,7 @@ from typing import Any
 from .client_files import Connector
 from .config import PostgresConfig
 from .errors import is_disconnect
-from .failover import connect_error
+from .failover import connect_at
 
 __all__ = ["PoolTimeoutError", "ConnectionPool", "drop_connection"]
 
@@ -86,14 +86,7 @@ class ConnectionPool:
     # ------------------------------------------------------------------ checkout
 
     async def _connect(self) -> _Entry:
-        try:
-            conn = await self._connector.connect()
-        except Exception as exc:
-            err = connect_error(self._endpoint, exc)
-            if err is None:
-                raise
-            raise err from exc
-        return _Entry(conn, time.monotonic())
+        return _Entry(await connect_at(self._connector, self._endpoint), time.monotonic())
 
     def _stale(self, entry: _Entry) -> bool:
         recycle = self._config.pool_recycle
