@@ -233,12 +233,11 @@ class WriterActor:
                 else:
                     await self._apply_and_resolve(batch)
         except BaseException:
-            if self._task is asyncio.current_task():
-                self._task = None
             self._fail_pending(WriterStoppedError("the SessionDB writer stopped before this write was applied"))
             raise
-        if self._task is asyncio.current_task():
-            self._task = None
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
 
     async def _run_chain(self, batch: list[_Item]) -> None:
         """Apply ``batch`` and every batch queued behind it through the start hook.
