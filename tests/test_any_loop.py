@@ -18,23 +18,31 @@ from pyleak import no_task_leaks
 from hermes_state.errors import EventLoopUnavailableError
 
 
+def in_threads(fns: list[Any], timeout: float = 120) -> list[Any]:
+    """Run each ``fn()`` in a thread of its own, all at once; return their results in order (or raise the first error)."""
+    out: list[dict[str, Any]] = [{} for _ in fns]
+
+    def target(fn: Any, slot: dict[str, Any]) -> None:
+        try:
+            slot["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            slot["error"] = exc
+
+    threads = [threading.Thread(target=target, args=(fn, slot)) for fn, slot in zip(fns, out)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), "a thread hung"
+    for slot in out:
+        if "error" in slot:
+            raise slot["error"]
+    return [slot["value"] for slot in out]
+
+
 def in_thread(fn: Any) -> Any:
     """Run ``fn()`` in a new thread and return its result (or raise its error)."""
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            out["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join(120)
-    assert not thread.is_alive(), "the thread hung"
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
+    return in_threads([fn])[0]
 
 
 def test_asyncio_run_turn_after_turn_in_a_thread(store: Any) -> None:
@@ -65,24 +73,12 @@ def test_ten_threads_with_their_own_loops_write_at_once(store: Any) -> None:
                 assert len(await store.get_messages(f"s{n}")) == i + 1
         return ids
 
-    results: dict[int, list[int]] = {}
-    errors: list[BaseException] = []
-
-    def thread(n: int) -> None:
+    def thread(n: int) -> list[int]:
         start.wait()
-        try:
-            results[n] = asyncio.run(writer(n))
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
+        return asyncio.run(writer(n))
 
-    threads = [threading.Thread(target=thread, args=(n,)) for n in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    assert errors == []
-    ids = [i for n in range(10) for i in results[n]]
+    results = in_threads([lambda n=n: thread(n) for n in range(10)])
+    ids = [i for per in results for i in per]
     assert len(ids) == len(set(ids)) == 10 * per_thread
 
     async def count() -> list[int]:
@@ -129,7 +125,6 @@ def test_a_stopped_loop_with_a_call_in_flight_is_refused_not_waited_for(store: A
 
 def test_two_loops_at_first_use_both_succeed(store: Any) -> None:
     start = threading.Barrier(2)
-    errors: list[BaseException] = []
 
     def first_use(n: int) -> None:
         async def go() -> None:
@@ -137,17 +132,9 @@ def test_two_loops_at_first_use_both_succeed(store: Any) -> None:
             await store.ensure_session(f"s{n}", "cli")
             await store.append_message(f"s{n}", "user", "hello")
 
-        try:
-            asyncio.run(go())
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
+        asyncio.run(go())
 
-    threads = [threading.Thread(target=first_use, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads) and errors == []
+    in_threads([lambda n=n: first_use(n) for n in range(2)], 60)
 
     async def counts() -> list[int]:
         return [int(await store.message_count(f"s{n}")) for n in range(2)]
