@@ -30,6 +30,7 @@
     python3 bench/turn_leases.py                  # everything
     python3 bench/turn_leases.py --parts cost     # or: handoff, fairness
     python3 bench/turn_leases.py --backends sqlite --rounds 3
+    python3 bench/turn_leases.py --parts cost --appends 60   # longer rounds (appends per agent)
 
 PostgreSQL comes from ``--dsn``, else ``HERMES_TEST_POSTGRES_DSN``, else the
 local server; each run works in a schema of its own, dropped afterwards.
@@ -119,13 +120,13 @@ def p95(values: list[float]) -> float:
 # ------------------------------------------------------------------------ fence cost
 
 
-async def _round(db: Any, shape: str, mode: str, tag: str) -> float:
+async def _round(db: Any, shape: str, mode: str, tag: str, per_agent: int = 20) -> float:
     """Seconds per append of one round in ``mode`` (``plain``, ``holder`` or ``turn``).
 
     Only the appends are timed: every agent takes its lease (or enters its
     turn) first, all start appending together, and release after the clock stopped.
     """
-    tasks, appends = (1, 400) if shape == "sequential" else (50, 20)
+    tasks, appends = (1, 400) if shape == "sequential" else (50, per_agent)
     sessions = [f"{tag}-{mode}-{k}" for k in range(tasks)]
     for sid in sessions:
         await db.create_session(sid, "bench")
@@ -175,7 +176,7 @@ async def _round(db: Any, shape: str, mode: str, tag: str) -> float:
 CPU: dict[str, list[float]] = {"plain": [], "holder": [], "turn": []}
 
 
-async def fence_cost(backend: Backend, rounds: int) -> list[str]:
+async def fence_cost(backend: Backend, rounds: int, per_agent: int = 20) -> list[str]:
     lines, failed = [], []
     db = backend.store()
     try:
@@ -189,7 +190,7 @@ async def fence_cost(backend: Backend, rounds: int) -> list[str]:
                 modes = ("plain", "holder", "turn")
                 order = modes[r % 3:] + modes[:r % 3]  # each mode takes each position in turn
                 for mode in order:
-                    per[mode].append(await _round(db, shape, mode, f"r{r}"))
+                    per[mode].append(await _round(db, shape, mode, f"r{r}", per_agent))
             plain = statistics.median(per["plain"])
             holder = statistics.median(per["holder"])
             turn = statistics.median(per["turn"])
@@ -201,6 +202,15 @@ async def fence_cost(backend: Backend, rounds: int) -> list[str]:
             lines.append(
                 f"{backend.name:8} {shape:10} plain {plain * 1e3:7.3f} ms  holder {holder * 1e3:7.3f} ms "
                 f"({holder / plain:.3f}x)  turn {turn * 1e3:7.3f} ms ({turn / plain:.3f}x){verdict}"
+            )
+            # The spread between rounds, from each round's own three runs (one round runs ~30 ms a mode:
+            # single rounds swing +-15%, which is why the verdict takes the median of many).
+            paired = {m: sorted(a / b for a, b in zip(per[m], per["plain"])) for m in ("holder", "turn")}
+            lines.append(
+                f"{'':8} {'':10} rounds {rounds}: per-round ratio quartiles holder "
+                + " / ".join(f"{q:.3f}" for q in statistics.quantiles(paired["holder"], n=4))
+                + "  turn "
+                + " / ".join(f"{q:.3f}" for q in statistics.quantiles(paired["turn"], n=4))
             )
             cpu = {mode: statistics.median(spent) for mode, spent in CPU.items()}
             lines.append(
@@ -418,8 +428,10 @@ async def main() -> int:
     parser.add_argument("--parts", default="cost,handoff,fairness")
     parser.add_argument("--processes", type=int, default=8, help="fairness: processes taking turns")
     parser.add_argument("--turns", type=int, default=50, help="fairness: turns per process")
-    # 15 rounds: a 5-round median of the 50-agent shape swung 1.01x-1.18x between identical runs on a quiet machine.
-    parser.add_argument("--rounds", type=int, default=15, help="alternating rounds per fence-cost shape")
+    # 45 rounds: on a quiet machine the 50-agent ratio of a 5-round median swung 1.01x-1.18x between identical
+    # runs, of a 15-round median 1.04x-1.12x, of a 45-round median 1.050x-1.057x.
+    parser.add_argument("--rounds", type=int, default=45, help="alternating rounds per fence-cost shape")
+    parser.add_argument("--appends", type=int, default=20, help="fence cost: appends per agent per round (50 agents)")
     parser.add_argument("--handoffs", type=int, default=200, help="hand-off rounds (the baseline runs a tenth as many)")
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
@@ -429,7 +441,7 @@ async def main() -> int:
     for name in args.backends.split(","):
         if "cost" in parts:
             async with Backend(name, dsn) as backend:
-                for line in await fence_cost(backend, args.rounds):
+                for line in await fence_cost(backend, args.rounds, args.appends):
                     print(line, flush=True)
         if "handoff" in parts:
             async with Backend(name, dsn) as backend:

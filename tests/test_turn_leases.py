@@ -226,6 +226,51 @@ async def test_fenced_appends(store: Any) -> None:
         await store.append_message("missing", "user", "x")
 
 
+async def test_one_batch_judges_every_fenced_append_alone(store: Any) -> None:
+    """Appends the writer takes as one batch (one admission query for the set) get each its own verdict."""
+    await store.create_session("root", "cli")
+    await store.end_session("root", "compression")
+    await store.create_session("child", "cli", parent_session_id="root")  # conversation "root"
+    await store.create_session("open", "cli")
+    await store.create_session("closed", "cli")
+    assert await store.try_acquire_session_turn_lease("child", "a", ttl_seconds=60)
+    assert await store.try_acquire_session_turn_lease("closed", "c")
+    assert await store.try_acquire_session_turn_lease("ghost", "g")  # no session row: keyed by its id
+    await store.end_session("closed", "compression")
+    await expire(store, "root")  # expired, nobody took it: the first admitted append renews it
+    writes = {
+        "child by a": store.append_message("child", "user", "child by a", turn_lease_holder="a", turn_lease_ttl_seconds=30),
+        "root by a": store.append_message("root", "user", "root by a", turn_lease_holder="a"),
+        "child by b": store.append_message("child", "user", "child by b", turn_lease_holder="b"),
+        "open by x": store.append_message("open", "user", "open by x", turn_lease_holder="x"),
+        "open plain": store.append_message("open", "user", "open plain"),
+        "ghost by g": store.append_message("ghost", "user", "ghost by g", turn_lease_holder="g"),
+        "ghost by h": store.append_message("ghost", "user", "ghost by h", turn_lease_holder="h"),
+        "closed by c": store.append_message("closed", "user", "closed by c", turn_lease_holder="c"),
+        "closed by d": store.append_message("closed", "user", "closed by d", turn_lease_holder="d"),
+    }
+    before, began = await store.writer_stats(), time.time()
+    outcomes = dict(zip(writes, await asyncio.gather(*writes.values(), return_exceptions=True)))
+    after = await store.writer_stats()
+    assert after["batches_applied"] - before["batches_applied"] == 1  # the bulk path, not one by one
+    kinds = {name: type(outcome).__name__ if isinstance(outcome, BaseException) else "ok" for name, outcome in outcomes.items()}
+    assert kinds == {
+        "child by a": "ok",
+        "root by a": "CompressionSessionClosedError",  # admitted by the lease, refused by the closed segment
+        "child by b": "SessionTurnLeaseLostError",
+        "open by x": "SessionTurnLeaseLostError",
+        "open plain": "ok",
+        "ghost by g": "SessionNotFoundError",
+        "ghost by h": "SessionTurnLeaseLostError",  # the lease is judged first
+        "closed by c": "CompressionSessionClosedError",
+        "closed by d": "SessionTurnLeaseLostError",
+    }
+    assert await contents(store, "child") == ["child by a"]
+    assert await contents(store, "open") == ["open plain"]
+    _, _, _, expires_at, *_ = await lease_row(store, "root")
+    assert began + 29 <= expires_at <= time.time() + 31  # renewed once, by the first admitted fence's TTL
+
+
 async def test_an_expired_lease_nobody_took_is_renewed_by_its_holder(store: Any) -> None:
     await store.create_session("s", "cli")
     assert await store.try_acquire_session_turn_lease("s", "a", ttl_seconds=60)
