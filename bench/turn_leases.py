@@ -25,7 +25,11 @@
    starting together. Prints the worst process's share of the hand-offs
    after its own release that went back to it (while another process still
    had turns; target <= 25%) and the longest wait against
-   2 x (waiters x mean turn + processes x median hand-off).
+   2 x (waiters x mean turn + processes x median hand-off). Twice: from a
+   warm start (each process has taken one turn on a conversation of its own
+   and stays up until all are done, as a long-lived host: the verdict), and
+   from a cold one (the first turn of each process also opens the release
+   listener and prepares statements, and processes exit as they finish).
 
     python3 bench/turn_leases.py                  # everything
     python3 bench/turn_leases.py --parts cost     # or: handoff, fairness
@@ -339,9 +343,13 @@ else:
     from hermes_state import SessionDB
 
 async def main():
-    target, name, turns, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    target, name, turns, go, warm = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "warm"
     db = SessionDB(target)
     await db.get_session("f")
+    if warm:  # a long-lived host's store: connections, prepared statements and the release listener up
+        await db.create_session("w-" + name, "bench")
+        async with db.session_turn("w-" + name, name, ttl_seconds=60) as turn:
+            await turn.append_message("w-" + name, "user", name)
     print("ready", flush=True)
     while not os.path.exists(go):
         await asyncio.sleep(0.005)
@@ -353,8 +361,10 @@ async def main():
             await turn.append_message("f", "user", name)
             await asyncio.sleep(0.01)
             spans.append((asked, held, time.time()))
-    await db.close()
     print(json.dumps(spans), flush=True)
+    if warm:  # stay up until every process is done: an exiting interpreter is not a turn's business
+        await asyncio.to_thread(sys.stdin.read)
+    await db.close()
 
 asyncio.run(main())
 """
@@ -379,7 +389,8 @@ def fairness_figures(spans: dict[str, list[tuple[float, float, float]]]) -> dict
     }
 
 
-async def fairness(backend: Backend, processes: int, turns: int) -> list[str]:
+async def fairness(backend: Backend, processes: int, turns: int, warm: bool) -> list[str]:
+    """The fairness lines of one run: ``warm`` processes open everything and take one turn elsewhere first."""
     db = backend.store()
     go = Path(tempfile.mkdtemp(prefix="hs-fair-")) / "go"
     env = dict(os.environ, PYTHONPATH=str(_REPO))
@@ -388,8 +399,8 @@ async def fairness(backend: Backend, processes: int, turns: int) -> list[str]:
         await db.create_session("f", "bench")
         children = [
             subprocess.Popen(
-                [sys.executable, "-c", _FAIR_CHILD, backend.target, f"p{k}", str(turns), str(go)],
-                stdout=subprocess.PIPE, text=True, env=env,
+                [sys.executable, "-c", _FAIR_CHILD, backend.target, f"p{k}", str(turns), str(go), "warm" if warm else "cold"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
             )
             for k in range(processes)
         ]
@@ -402,6 +413,7 @@ async def fairness(backend: Backend, processes: int, turns: int) -> list[str]:
             spans[f"p{k}"] = [tuple(row) for row in json.loads(line)]
     finally:
         for child in children:
+            child.stdin.close()  # type: ignore[union-attr]
             child.wait(timeout=60)
         await db.close()
         go.unlink(missing_ok=True)
@@ -410,8 +422,9 @@ async def fairness(backend: Backend, processes: int, turns: int) -> list[str]:
     bound = 2 * ((processes - 1) * f["turn"] + f["handoff"] * processes)
     share_ok = "ok" if f["worst_self_share"] <= 0.25 else "MISSED"
     wait_ok = "ok" if f["longest_wait"] < bound else "MISSED"
+    start = "warm" if warm else "cold"
     return [
-        f"{backend.name:8} fairness {processes} processes x {turns} turns: worst self hand-off share "
+        f"{backend.name:8} fairness {processes} processes x {turns} turns, {start} start: worst self hand-off share "
         f"{f['worst_self_share']:.1%} {share_ok} (target <= 25%)",
         f"{'':8} longest wait {f['longest_wait'] * 1e3:7.1f} ms {wait_ok} (target < 2 x (waiters x turn + hand-offs) = "
         f"{bound * 1e3:.1f} ms; turn {f['turn'] * 1e3:.1f} ms, hand-off p50 {f['handoff'] * 1e3:.1f} ms, "
@@ -451,9 +464,10 @@ async def main() -> int:
                 for line in await handoff_across_processes(backend, args.handoffs, max(5, args.handoffs // 10)):
                     print(line, flush=True)
         if "fairness" in parts:
-            async with Backend(name, dsn) as backend:
-                for line in await fairness(backend, args.processes, args.turns):
-                    print(line, flush=True)
+            for warm in (True, False):
+                async with Backend(name, dsn) as backend:
+                    for line in await fairness(backend, args.processes, args.turns, warm):
+                        print(line, flush=True)
     print(f"load at the end {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -95,3 +95,93 @@ async def test_a_waiter_that_stops_waiting_leaves_the_queue(store: Any) -> None:
     assert not await store.acquire_session_turn_lease("s", "w", wait_seconds=0.2, poll_interval_seconds=0.05)
     assert await fetch_rows(store, "SELECT ticket FROM session_turn_waiters") == []  # timed out: gone too
     assert (await lease_row(store, "s"))[0] == "holder"
+
+
+def slow_release_listener(db: Any, seconds: float) -> None:
+    """Make setting up ``db``'s listener for releases of other processes take ``seconds`` longer.
+
+    A cold store's first connection (PostgreSQL's LISTEN) or socket (SQLite) costs that
+    much when many workers start at once; the database itself is untouched.
+    """
+    backend = db._backend
+    listener = getattr(backend, "_lease_listener", None)
+    if listener is not None:  # PostgreSQL: the LISTEN connection
+        connect = listener._connect
+
+        async def slow_connect(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(seconds)
+            return await connect(*args, **kwargs)
+
+        listener._connect = slow_connect
+        return
+    sockets = backend._wake_sockets()  # SQLite: the wake-up socket, bound on a worker thread
+    bind = sockets._bind
+
+    def slow_bind() -> Any:
+        time.sleep(seconds)
+        return bind()
+
+    sockets._bind = slow_bind
+
+
+async def test_a_cold_store_takes_its_place_in_line_before_it_listens(store: Any) -> None:
+    await store.create_session("s", "cli")
+    await store.create_session("warm-up", "cli")
+    cold, warm = other_store(store), other_store(store)
+    try:
+        await cold.get_session("s")  # open, its release listener not set up yet
+        assert await warm.acquire_session_turn_lease("warm-up", "w", wait_seconds=1)
+        await warm.release_session_turn_lease("warm-up", "w")
+        assert warm._backend.lease_releases_watched() and not cold._backend.lease_releases_watched()
+        slow_release_listener(cold, 1.0)
+        assert await store.try_acquire_session_turn_lease("s", "holder")
+        order: list[str] = []
+
+        async def wait(db: Any, name: str) -> None:
+            assert await db.acquire_session_turn_lease("s", name, wait_seconds=30, poll_interval_seconds=20)
+            order.append(name)
+            await db.release_session_turn_lease("s", name)
+
+        first = asyncio.create_task(wait(cold, "cold"))
+        await waiting(store, 1)
+        assert not cold._backend.lease_releases_watched()  # queued while its listener is still on the way
+        second = asyncio.create_task(wait(warm, "warm"))
+        await waiting(store, 2)
+        await store.release_session_turn_lease("s", "holder")
+        await asyncio.wait_for(asyncio.gather(first, second), 10)
+        assert order == ["cold", "warm"]  # asked first, served first
+    finally:
+        await cold.close()
+        await warm.close()
+
+
+async def test_a_release_before_the_listener_is_up_is_not_missed(store: Any) -> None:
+    await store.create_session("s", "cli")
+    cold = other_store(store)
+    try:
+        await cold.get_session("s")
+        slow_release_listener(cold, 0.5)
+        assert await store.try_acquire_session_turn_lease("s", "holder")
+        started = time.monotonic()
+        acquiring = asyncio.create_task(
+            cold.acquire_session_turn_lease("s", "cold", wait_seconds=30, poll_interval_seconds=20)
+        )
+        await waiting(store, 1)
+        # Released without a word this store could hear: by another process, before it listened.
+        await raw_exec(store, "DELETE FROM session_turn_leases WHERE conversation_id = ?", ("s",))
+        assert await asyncio.wait_for(acquiring, 10)  # its look once listening, not its 20 s poll
+        assert time.monotonic() - started < 5
+    finally:
+        await cold.close()
+
+
+async def test_a_listener_still_starting_at_close_is_closed_too(store: Any) -> None:
+    await store.create_session("s", "cli")
+    cold = other_store(store)
+    await cold.get_session("s")
+    slow_release_listener(cold, 0.3)
+    assert await cold.acquire_session_turn_lease("s", "cold", wait_seconds=5)  # free: granted before it listens
+    await cold.release_session_turn_lease("s", "cold")
+    await cold.close()  # waits for the set-up it started, then closes what that opened
+    await asyncio.sleep(0.4)
+    assert not cold._backend.lease_releases_watched()

@@ -273,10 +273,20 @@ class TurnLeaseMethods(StoreBase):
     async def _settle(self, cleanup: Coroutine[Any, Any, None]) -> None:
         """Run ``cleanup`` to its end even if the caller is cancelled (again); ``close()`` waits for it."""
         task = asyncio.get_running_loop().create_task(cleanup, name="hermes-turn-cleanup")
+        self._track(task, _cleanup_failed)
+        await asyncio.shield(task)
+
+    def _track(self, task: asyncio.Future[Any], failed: Callable[[BaseException], None]) -> None:
+        """Let ``close()`` wait for ``task``; ``failed`` hears its exception, if it ends with one."""
         pending = self.__dict__.setdefault("_turn_cleanups", set())
         pending.add(task)
-        task.add_done_callback(_cleanup_done(pending))
-        await asyncio.shield(task)
+
+        def done(task: asyncio.Future[Any]) -> None:
+            pending.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                failed(task.exception())  # type: ignore[arg-type]
+
+        task.add_done_callback(done)
 
     async def _before_close(self) -> None:
         pending = self.__dict__.get("_turn_cleanups")
@@ -335,11 +345,20 @@ class TurnLeaseMethods(StoreBase):
         tries to acquire when that could succeed. The first read names the
         conversation to register for wake-ups; a row it found held is read
         again once registered, so a release between the two is never missed.
+        The listener for other processes' releases is set up beside the first
+        rounds (a cold store queues in the order it asked) and awaited, with
+        one more read, before the first sleep.
         """
         await self._ensure_open()
         watch = getattr(self._backend, "watch_lease_releases", None)
-        if watch is not None:
-            await self._at_home(watch)  # its connection lives on the store's home loop
+        watching: asyncio.Future[bool] | None = None
+        if watch is not None and not self._backend.lease_releases_watched():  # type: ignore[attr-defined]
+            # Set up beside the first look and the queue join, not before them: a cold store (a first
+            # connection, ~10 ms; far more when many processes start at once) would otherwise join the
+            # queue behind warm callers that asked later. Awaited before the first sleep, and the lease
+            # looked at once more then, so a release from before it listened is not missed.
+            watching = asyncio.ensure_future(self._at_home(watch))  # its connection lives on the home loop
+            self._track(watching, _listen_failed)  # close() waits: nothing starts listening after it
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + wait_seconds
@@ -376,6 +395,11 @@ class TurnLeaseMethods(StoreBase):
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         return None
+                    if watching is not None:  # about to sleep for the first time: listen, then look again
+                        await asyncio.shield(watching)
+                        watching = None
+                        state = await self._query("turn_lease_state", session_id, ticket)
+                        continue
                     elapsed = loop.time() - started
                     if on_wait is not None and (last_notice is None or notice <= 0 or elapsed - last_notice >= notice):
                         last_notice = elapsed
@@ -393,10 +417,9 @@ class TurnLeaseMethods(StoreBase):
                 await self._settle(self._withdraw_ticket(ticket))
 
 
-def _cleanup_done(pending: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
-    def done(task: asyncio.Task[None]) -> None:
-        pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("could not release a turn lease its cancelled caller took (it ends at its TTL): %s", task.exception())
+def _cleanup_failed(exc: BaseException) -> None:
+    log.error("could not release a turn lease its cancelled caller took (it ends at its TTL): %s", exc)
 
-    return done
+
+def _listen_failed(exc: BaseException) -> None:
+    log.debug("setting up the turn-lease release listener failed: %s", exc)

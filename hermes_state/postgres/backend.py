@@ -428,6 +428,10 @@ class PostgresBackend:
         """Listen for turn-lease releases of other processes (once); returns whether notices arrive."""
         return await self._lease_listener.ensure()
 
+    def lease_releases_watched(self) -> bool:
+        """Whether the listener for turn-lease releases is up now (no I/O)."""
+        return self._lease_listener.listening
+
     def command_refusal(self, command: Command) -> Exception | None:
         """The call-site error for text this backend cannot store (NUL outside message content), else None."""
         return nul_refusal(command)

@@ -470,6 +470,11 @@ class SQLiteBackend:
         """Listen for turn-lease releases of other processes on this host (once); returns whether it does."""
         return await self._wake_sockets().ensure()
 
+    def lease_releases_watched(self) -> bool:
+        """Whether this store's wake-up socket is bound now (no I/O)."""
+        wake = self.__dict__.get("_wake")
+        return wake is not None and wake.listening
+
     async def announce_lease_release(self, key: str) -> None:
         """Wake the waiters of other processes on this host for the conversation whose wake key is ``key``."""
         await self._wake_sockets().announce(key)
