@@ -9,6 +9,7 @@ with ``pooler=transaction`` it travels inside each transaction instead.
 from __future__ import annotations
 
 import asyncio
+import time
 import json
 import logging
 import subprocess
@@ -250,6 +251,18 @@ def test_pooler_and_listen_url_options_are_checked() -> None:
     with pytest.raises(ConfigError, match="database.postgres.listen_url"):
         parse_postgres_config({"listen_url": "mysql://x"})
     assert parse_postgres_config({"pooler": "transaction", "listen_url": listen}).listen_url == listen
+    # The same as keywords (they win over the URL's parameters), checked by name before any I/O.
+    with pytest.raises(ValueError, match="pooler must be one of none, transaction, not 'session'"):
+        SessionDB(base, pooler="session")
+    with pytest.raises(TypeError, match="pooler must be a str"):
+        SessionDB(base, pooler=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="^listen_url: "):
+        SessionDB(base, listen_url="nonsense")
+    with pytest.raises(TypeError, match="listen_url must be a str"):
+        SessionDB(base, listen_url=b"postgresql+asyncpg://u@h/db")  # type: ignore[arg-type]
+    db = SessionDB(f"{base}?pooler=none", pooler="transaction", listen_url=listen)
+    assert "secret" not in db.db_path and "secret" not in repr(db)
+    assert db._backend.store_options == {"pooler": "transaction", "listen_url": listen}
 
 
 # ----------------------------------------------------------------------------- item 2
@@ -285,6 +298,33 @@ async def test_listener_behind_pooler_warns_once(
         assert len(warnings) == 1 and "listen_url" in warnings[0] and "poll" in warnings[0]
     finally:
         await db.close()
+
+
+async def test_pooler_and_listen_url_as_keywords(pg_bouncer: PgBouncer, pg_schema: str) -> None:
+    """``pooler=`` and ``listen_url=`` given to the constructor: the pooled shape, and a listener that hears."""
+    db = SessionDB(pooled_url(pg_bouncer, pg_schema), pooler="transaction", listen_url=store_dsn(server_dsn()))
+    other = SessionDB(pooled_url(pg_bouncer, pg_schema), pooler="transaction")
+    try:
+        await db.create_session("s", "cli")
+        assert db._backend._pooled
+        assert await other.try_acquire_session_turn_lease("s", "holder", ttl_seconds=60)
+        started = time.monotonic()
+        waiting = asyncio.create_task(db.acquire_session_turn_lease("s", "waiter", wait_seconds=30, poll_interval_seconds=20))
+        await asyncio.sleep(0.5)
+        notices = db._backend._lease_listener.notices
+        await other.release_session_turn_lease("s", "holder")
+        assert await asyncio.wait_for(waiting, 10)  # woken by the NOTIFY, not the 20 s poll
+        assert time.monotonic() - started < 5
+        listener = db._backend._lease_listener
+        for _ in range(100):  # the store's own process woke it first; the NOTIFY comes by the listener
+            if listener.notices > notices:
+                break
+            await asyncio.sleep(0.05)
+        assert listener.notices > notices  # heard through listen_url (through the pooler it hears nothing)
+        assert (await checked_listener(db)).verified
+    finally:
+        await db.close()
+        await other.close()
 
 
 async def test_listen_url_wakes_another_process_at_once(pg_bouncer: PgBouncer, pg_schema: str) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +138,16 @@ class PostgresBackend:
     """Owns the connections to one PostgreSQL database (and schema, via ``search_path``)."""
 
     def __init__(
-        self, dsn: str, *, read_only: bool, home: Path | None = None, read_replicas: Sequence[str] = ()
+        self,
+        dsn: str,
+        *,
+        read_only: bool,
+        home: Path | None = None,
+        read_replicas: Sequence[str] = (),
+        store_options: Mapping[str, str] | None = None,
     ) -> None:
         self.dsn = dsn
+        self.store_options = dict(store_options or {})  # the constructor's pooler / listen_url: win over the URL's
         self.replica_dsns = tuple(read_replicas)  # the constructor's; config.yaml's when empty
         self.replicas: ReplicaSet | None = None
         self.read_only = read_only
@@ -234,7 +241,7 @@ class PostgresBackend:
         load_driver()
         # config.yaml is read on a worker thread, never on the loop.
         self.config, self.pg_config = await asyncio.to_thread(_load_configs, self.home)
-        options = url_store_options(self.dsn)
+        options = {**url_store_options(self.dsn), **self.store_options}
         self._pooled = options.get("pooler", self.pg_config.pooler) == "transaction"
         self._listen_url = options.get("listen_url", self.pg_config.listen_url)
         try:

@@ -11,6 +11,7 @@ from ..commands.base import Command
 from ..facade import captured_home
 from ..store import SessionDB as _SQLiteSessionDB
 from .dsn import redact_dsn, validate_dsn
+from .pooler import POOLER_MODES
 
 if TYPE_CHECKING:
     from .backend import PostgresBackend
@@ -34,6 +35,11 @@ class SessionDB(_SQLiteSessionDB):
     ``read_replicas=[url, ...]`` (or ``database.postgres.read_replicas``)
     sends reads to those standbys; a read after this store's own write still
     sees it (see :mod:`hermes_state.postgres.replicas` and ``writer_stats()["read_routing"]``).
+    ``pooler="transaction"`` says the URL reaches the server through a
+    transaction pooler (PgBouncer); ``listen_url`` is a direct URL for the
+    turn-lease listener behind one. Each wins over the URL parameter of the
+    same name, which wins over ``database.postgres`` in ``config.yaml``
+    (docs/postgres-operations.md).
     """
 
     def __init__(
@@ -42,8 +48,11 @@ class SessionDB(_SQLiteSessionDB):
         read_only: bool = False,
         *,
         read_replicas: Sequence[str] | None = None,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         self._read_replicas = _replica_urls(read_replicas)
+        self._store_options = _store_options(pooler, listen_url)
         super().__init__(db_path, read_only)
 
     def _accept_target(self, db_path: os.PathLike[str] | str | None) -> None:
@@ -55,7 +64,8 @@ class SessionDB(_SQLiteSessionDB):
         from .backend import PostgresBackend
 
         return PostgresBackend(
-            self._dsn, read_only=self.read_only, home=captured_home(), read_replicas=self._read_replicas
+            self._dsn, read_only=self.read_only, home=captured_home(), read_replicas=self._read_replicas,
+            store_options=self._store_options,
         )
 
     def _target_label(self) -> str:
@@ -97,6 +107,26 @@ class SessionDB(_SQLiteSessionDB):
 
     def _core(self) -> CoreBoundary:
         return cast("PostgresBackend", self._backend).core()
+
+def _store_options(pooler: Any, listen_url: Any) -> dict[str, str]:
+    """The constructor's ``pooler`` and ``listen_url`` (those given), checked; raises TypeError/ValueError naming them."""
+    options: dict[str, str] = {}
+    if pooler is not None:
+        if not isinstance(pooler, str):
+            raise TypeError(f"pooler must be a str, not {type(pooler).__name__}")
+        if pooler not in POOLER_MODES:
+            raise ValueError(f"pooler must be one of {', '.join(POOLER_MODES)}, not {pooler!r}")
+        options["pooler"] = pooler
+    if listen_url is not None:
+        if not isinstance(listen_url, str):
+            raise TypeError(f"listen_url must be a str, not {type(listen_url).__name__}")
+        try:
+            validate_dsn(listen_url)
+        except ValueError as exc:
+            raise ValueError(f"listen_url: {exc}") from None
+        options["listen_url"] = listen_url
+    return options
+
 
 def _replica_urls(urls: Sequence[str] | None) -> tuple[str, ...]:
     """The constructor's ``read_replicas``, each a valid PostgreSQL URL; raises TypeError/ValueError naming it."""
