@@ -185,3 +185,19 @@ async def test_a_listener_still_starting_at_close_is_closed_too(store: Any) -> N
     await cold.close()  # waits for the set-up it started, then closes what that opened
     await asyncio.sleep(0.4)
     assert not cold._backend.lease_releases_watched()
+
+
+async def test_the_first_wait_notice_does_not_wait_for_the_listener(store: Any) -> None:
+    await store.create_session("s", "cli")
+    cold = other_store(store)
+    try:
+        await cold.get_session("s")
+        slow_release_listener(cold, 1.0)
+        assert await store.try_acquire_session_turn_lease("s", "holder")
+        calls: list[float] = []
+        assert not await cold.acquire_session_turn_lease(
+            "s", "cold", wait_seconds=1.5, poll_interval_seconds=0.05, on_wait=calls.append
+        )
+        assert calls and calls[0] < 0.5  # after the first failed attempt, as documented
+    finally:
+        await cold.close()

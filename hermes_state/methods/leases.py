@@ -395,15 +395,15 @@ class TurnLeaseMethods(StoreBase):
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         return None
+                    elapsed = loop.time() - started
+                    if on_wait is not None and (last_notice is None or notice <= 0 or elapsed - last_notice >= notice):
+                        last_notice = elapsed
+                        await notify_wait(on_wait, elapsed)
                     if watching is not None:  # about to sleep for the first time: listen, then look again
                         await asyncio.shield(watching)
                         watching = None
                         state = await self._query("turn_lease_state", session_id, ticket)
                         continue
-                    elapsed = loop.time() - started
-                    if on_wait is not None and (last_notice is None or notice <= 0 or elapsed - last_notice >= notice):
-                        last_notice = elapsed
-                        await notify_wait(on_wait, elapsed)
                     pause = min(poll, max(0.0, deadline - loop.time()))
                     if ticket is not None:
                         pause = min(pause, max(0.0, renew_at - loop.time()))
