@@ -448,6 +448,11 @@ class StoreBase:
         if during_close:
             if not self._opened:
                 raise StoreClosedError()
+            home = self._loop
+            if home is not None and home is not loop:  # a cleanup of a caller on another loop: the writer is home's
+                if home.is_closed():
+                    raise StoreClosedError()
+                return await hand_off(home, self._write(command, patience=patience, size=size, during_close=True))
         elif self._closed or loop is not self._ready_on:  # else ready on this loop: no await
             home = await self._enter(loop)
             if home is not None:

@@ -7,8 +7,11 @@ runs the same with real processes.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
+
+from hermes_state import StoreClosedError
 
 from .raw_sql import fetch_rows, raw_exec
 from .test_turn_leases import lease_row, other_store
@@ -201,3 +204,31 @@ async def test_the_first_wait_notice_does_not_wait_for_the_listener(store: Any) 
         assert calls and calls[0] < 0.5  # after the first failed attempt, as documented
     finally:
         await cold.close()
+
+
+async def test_close_on_the_home_loop_while_a_wait_on_another_loop_sets_its_listener_up(store: Any) -> None:
+    """The set-up task lives on the waiter's loop: close() on the store's home loop waits for it there."""
+    await store.create_session("s", "cli")
+    db = other_store(store)
+    await db.get_session("s")  # home: this loop
+    slow_release_listener(db, 0.5)
+    assert await store.try_acquire_session_turn_lease("s", "holder")
+    outcome: list[BaseException | bool] = []
+
+    def waiter() -> None:
+        async def wait() -> bool:
+            return await db.acquire_session_turn_lease("s", "elsewhere", wait_seconds=5, poll_interval_seconds=20)
+
+        try:
+            outcome.append(asyncio.run(wait()))
+        except BaseException as exc:  # noqa: BLE001  (what the other thread saw is asserted below)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    await waiting(store, 1)  # queued from the other loop; its listener still on the way
+    await db.close()  # once raised RuntimeError: a Future attached to a different loop
+    await asyncio.to_thread(thread.join, 10)
+    assert not thread.is_alive() and len(outcome) == 1
+    assert outcome[0] is False or isinstance(outcome[0], StoreClosedError), outcome
+    assert not db._backend.lease_releases_watched()

@@ -290,8 +290,15 @@ class TurnLeaseMethods(StoreBase):
 
     async def _before_close(self) -> None:
         pending = self.__dict__.get("_turn_cleanups")
-        if pending:
-            await asyncio.gather(*list(pending), return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        while pending:  # a waiter whose set-up ended may start its cleanup meanwhile: until none is left
+            tasks = [task for task in list(pending) if not task.done() and not task.get_loop().is_closed()]
+            if not tasks:
+                break
+            await asyncio.gather(*[task for task in tasks if task.get_loop() is loop], return_exceptions=True)
+            for task in tasks:  # a caller on another event loop started these there: they end there
+                while task.get_loop() is not loop and not task.done() and not task.get_loop().is_closed():
+                    await asyncio.sleep(0.005)
         await super()._before_close()
 
     async def _release_turn(self, session_id: str, holder: str, token: int | None) -> bool:
