@@ -10,7 +10,6 @@ runs on a worker thread and their statements on the connection's own thread
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from pathlib import Path
@@ -20,6 +19,7 @@ import aiosqlite
 
 from .config import StoreConfig, default_db_path, hermes_home, load_config
 from .errors import ConfigError
+from .off_loop import off_loop
 from .sqlite import safety
 from .sqlite.driver import driver_module, run_on
 from .sqlite.journal import apply_config_pragmas, apply_journal_mode
@@ -58,7 +58,7 @@ def _config_now() -> StoreConfig:
 
 async def _config() -> StoreConfig:
     """The active profile's config (defaults when config.yaml is bad), read on a worker thread."""
-    return await asyncio.to_thread(_config_now)
+    return await off_loop(_config_now)
 
 
 def _require_aiosqlite(conn: Any) -> None:
@@ -92,7 +92,7 @@ async def apply_database_pragmas(conn: Any, *, db_label: str = "state.db") -> No
     """
     _require_aiosqlite(conn)
     try:
-        config = await asyncio.to_thread(load_config, hermes_home())
+        config = await off_loop(load_config, hermes_home())
     except ConfigError as exc:
         log.warning("%s: database pragmas from config.yaml not applied: %s", db_label, exc)
         return
@@ -107,7 +107,7 @@ async def preflight_db_writability(db_path: os.PathLike[str] | str, *, db_label:
     raw = os.fspath(db_path)
     if raw == ":memory:" or raw.startswith("file:"):
         return
-    await asyncio.to_thread(safety.preflight, Path(raw), db_label)
+    await off_loop(safety.preflight, Path(raw), db_label)
 
 
 async def is_zeroed_state_db(path: os.PathLike[str] | str, *, probe_bytes: int = 100, force: bool = False) -> bool:
@@ -116,22 +116,22 @@ async def is_zeroed_state_db(path: os.PathLike[str] | str, *, probe_bytes: int =
     ``force`` is accepted for the reference's signature: this check never
     skips a file that is open in this process, so it changes nothing.
     """
-    return await asyncio.to_thread(safety.is_zeroed_file, path, probe_bytes)
+    return await off_loop(safety.is_zeroed_file, path, probe_bytes)
 
 
 async def quarantine_zeroed_state_db(path: os.PathLike[str] | str) -> Path | None:
     """Move a zeroed database and its sidecars aside; returns the new path, or None if it was not zeroed."""
-    return await asyncio.to_thread(safety.quarantine_zeroed_file, path)
+    return await off_loop(safety.quarantine_zeroed_file, path)
 
 
 async def repair_state_db_schema(db_path: os.PathLike[str] | str, *, backup: bool = True) -> dict[str, Any]:
     """Repair a damaged ``state.db`` on a worker thread; returns the report (see ``sqlite.safety.repair_database``)."""
-    return await asyncio.to_thread(safety.repair_database, db_path, backup=backup)
+    return await off_loop(safety.repair_database, db_path, backup=backup)
 
 
 async def fts5_cjk_so_path() -> Path:
     """Return where the ``cjk_unicode61`` tokenizer library is expected (it may not exist)."""
-    return await asyncio.to_thread(cjk.cjk_library_path)
+    return await off_loop(cjk.cjk_library_path)
 
 
 async def load_fts5_cjk_extension(conn: Any) -> bool:
@@ -154,7 +154,7 @@ def _source_id_now() -> str:
 
 async def sqlite_source_id() -> str:
     """Return the linked SQLite's ``sqlite_source_id()`` (the store's driver), or ``""`` when unavailable."""
-    return await asyncio.to_thread(_source_id_now)
+    return await off_loop(_source_id_now)
 
 
 def format_session_db_unavailable(prefix: str = "Session database unavailable") -> str:

@@ -21,8 +21,9 @@ from .backend import Backend
 from .commands.base import Command
 from .errors import EventLoopUnavailableError, StoreClosedError, locked_error
 from .home_loop import LoopThread, hand_off, remember_own_loop
-from .paths import default_db_path
 from .limits import finite_arg, int64_arg
+from .off_loop import off_loop
+from .paths import default_db_path
 
 __all__ = ["StoreBase", "require_id", "opt_text", "flag_arg", "count_arg", "opt_number", "rows_size"]
 
@@ -484,7 +485,7 @@ class StoreBase:
         """Best effort, off the event loop: drop transcript files a host kept beside the database."""
         ids = list(session_ids)
         if directory is not None and ids:
-            await asyncio.to_thread(_unlink_session_files, Path(directory), ids)
+            await off_loop(_unlink_session_files, Path(directory), ids)
 
     async def _query(self, name: str, *args: Any) -> Any:
         """Run the backend's read query ``name``; reads never enter the write queue."""

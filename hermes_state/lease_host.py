@@ -14,8 +14,9 @@ has another start time, so it never keeps a dead holder's lease alive.
 
 from __future__ import annotations
 
-import asyncio
 import os
+
+from .off_loop import off_loop
 
 __all__ = [
     "LOCAL_HOST", "is_local", "local_host_token", "own_process", "pid_is_gone", "process_identity", "process_is_gone",
@@ -83,7 +84,7 @@ def process_identity() -> tuple[str | None, int, int | None]:
 async def own_process() -> tuple[str | None, int, int | None]:
     """:func:`process_identity`, with its one ``/proc`` read on a worker thread instead of the event loop."""
     if _own is None or _own[0] != os.getpid():
-        return await asyncio.to_thread(process_identity)
+        return await off_loop(process_identity)
     return process_identity()
 
 

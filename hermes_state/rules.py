@@ -9,7 +9,6 @@ PostgreSQL answer identically.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from .errors import (
     SessionTurnLeaseLostError,
 )
 from .lease_host import is_local, own_process, pid_is_gone, process_is_gone, reads_proc
+from .off_loop import off_loop
 
 T = TypeVar("T")
 
@@ -173,7 +173,7 @@ async def turn_waiter_alive_on_loop(
 async def _judge_on_loop(judge: Callable[..., T], args: tuple[Any, ...], reads: bool) -> T:
     """``judge(*args)`` from the event loop: on a worker thread when it ``reads`` another process's ``/proc``."""
     if reads:
-        return await asyncio.to_thread(judge, *args)
+        return await off_loop(judge, *args)
     await own_process()  # this process's start time, read off the loop once
     return judge(*args)
 

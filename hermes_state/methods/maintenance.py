@@ -32,7 +32,6 @@ Import
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -62,6 +61,7 @@ from ..encoding import encode_message_dicts, prompt_hash, scrub_surrogates
 from ..errors import SessionExportTooLargeError, StoreClosedError
 from ..facade import StoreBase, opt_text, require_id, rows_size
 from ..limits import INT64_MAX, INT64_MIN, finite_arg, json_text
+from ..off_loop import off_loop
 from ..private_files import private_writer
 from .listing import finite_number, flag_arg, int_arg
 
@@ -604,7 +604,7 @@ class MaintenanceMethods(StoreBase):
         source = opt_text(source, "source")
         temp = target.with_name(f".{target.name}.{os.getpid()}.partial")
         encode = msgspec.json.Encoder().encode
-        out = await asyncio.to_thread(private_writer, temp)  # conversations: 0600 whatever the umask
+        out = await off_loop(private_writer, temp)  # conversations: 0600 whatever the umask
         written = 0
         try:
             async for session in self._export_pages(source):
@@ -614,15 +614,15 @@ class MaintenanceMethods(StoreBase):
                 async for page in self._message_pages(session["id"]):
                     chunks.append((b"" if first else b",") + b",".join(encode(m) for m in page))
                     first = False
-                    await asyncio.to_thread(out.write, b"".join(chunks))
+                    await off_loop(out.write, b"".join(chunks))
                     chunks = []
                 chunks.append(b"]}\n")
-                await asyncio.to_thread(out.write, b"".join(chunks))
+                await off_loop(out.write, b"".join(chunks))
                 written += 1
-            await asyncio.to_thread(_finish_file, out)
-            await asyncio.to_thread(os.replace, temp, target)
+            await off_loop(_finish_file, out)
+            await off_loop(os.replace, temp, target)
         except BaseException:
-            await asyncio.to_thread(_discard_file, out, temp)
+            await off_loop(_discard_file, out, temp)
             raise
         return written
 

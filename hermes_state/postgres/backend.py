@@ -22,6 +22,7 @@ from ..backend import Outcome
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseUnavailableError, StoreClosedError, WriteNotAppliedError
+from ..off_loop import off_loop
 from .client_files import Connector
 from .config import PostgresConfig, load_postgres_config
 from .core_boundary import CoreBoundary
@@ -30,14 +31,14 @@ from .errors import is_busy, is_disconnect, is_pooler_symptom, pooler_error, to_
 from .failover import DEFAULT_COMMIT_OUTCOME_TIMEOUT, connect_at, is_read_only_error, no_writable_server, writable_target
 from .hosts import peer
 from .lease_listener import LeaseReleaseListener
+from .migration import check_schema_read_only, ensure_schema
 from .outcome import batch_committed
 from .pool import ConnectionPool, PoolTimeoutError, drop_connection
 from .pooler import for_transaction_pooler, url_server_settings, without_url_settings
 from .queries import query_for
-from .queries.registry import BEGIN_WITH
 from .queries.health import search_index_facts
+from .queries.registry import BEGIN_WITH
 from .replicas import Replica, ReplicaSet
-from .migration import check_schema_read_only, ensure_schema
 from .text_values import nul_refusal
 from .writer import BatchToken, apply_batch
 
@@ -240,7 +241,7 @@ class PostgresBackend:
     async def open(self) -> None:
         load_driver()
         # config.yaml is read on a worker thread, never on the loop.
-        self.config, self.pg_config = await asyncio.to_thread(_load_configs, self.home)
+        self.config, self.pg_config = await off_loop(_load_configs, self.home)
         options = {**url_store_options(self.dsn), **self.store_options}
         self._pooled = options.get("pooler", self.pg_config.pooler) == "transaction"
         self._listen_url = options.get("listen_url", self.pg_config.listen_url)

@@ -18,11 +18,12 @@ itself, as it always did.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import ssl
 from typing import Any
+
+from ..off_loop import off_loop
 
 __all__ = ["Connector"]
 
@@ -65,7 +66,7 @@ class Connector:
             lookups_ssl = False  # asyncpg reads no certificate file for these
         else:
             lookups_ssl = True
-        params = await asyncio.to_thread(_settled, self._dsn, self._kwargs)
+        params = await off_loop(_settled, self._dsn, self._kwargs)
         if params is None:
             return await asyncpg.connect(self._dsn, **self._kwargs)
         args = dict(self._kwargs)

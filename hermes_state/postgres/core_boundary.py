@@ -23,6 +23,7 @@ import importlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ..off_loop import off_loop
 from .config import PostgresConfig
 
 __all__ = ["CoreBoundary"]
@@ -55,7 +56,7 @@ class CoreBoundary:
     async def _get_engine(self) -> Any:
         async with self._lock:
             if self._engine is None:
-                module = await asyncio.to_thread(_load_sqlalchemy)
+                module = await off_loop(_load_sqlalchemy)
                 cfg = self._config
                 self._engine = module.create_async_engine(
                     "postgresql+asyncpg://",

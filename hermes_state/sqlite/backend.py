@@ -19,6 +19,7 @@ from ..backend import Outcome, Report
 from ..commands.base import Command
 from ..config import StoreConfig, load_config
 from ..errors import DatabaseMalformedError, StoreClosedError, locked_error
+from ..off_loop import off_loop
 from ..private_files import create_private_file
 from .damage import damaged_tables, is_malformed_error, names_an_index
 from .driver import (
@@ -385,11 +386,11 @@ class SQLiteBackend:
     async def _open_once(self) -> None:
         # Every file-system step of an open (config.yaml, directories, modes,
         # the zeroed-file probe) runs on a worker thread, never on the loop.
-        self.config = await asyncio.to_thread(load_config, self.home)
+        self.config = await off_loop(load_config, self.home)
         # Resolved here, on the opening task: a turn's bound session settings are not visible on the connection threads.
         cjk_wanted = cjk_fts_enabled(self.config)
         try:
-            uri = await asyncio.to_thread(self._prepare_files)
+            uri = await off_loop(self._prepare_files)
             if not self.read_only:
                 self._writer_conn = await open_connection(str(self.path), timeout=WRITER_BUSY_TIMEOUT_MS / 1000)
                 self._facts = await run_on(
@@ -608,6 +609,6 @@ class SQLiteBackend:
         if self._tidy_on_close:
             self._tidy_on_close = False
             try:
-                await asyncio.to_thread(_tidy_sidecars, self.path)
+                await off_loop(_tidy_sidecars, self.path)
             except Exception:  # best effort: the files are SQLite's to clean up on a later open
                 log.debug("could not remove the -wal/-shm files of %s", self.path, exc_info=True)

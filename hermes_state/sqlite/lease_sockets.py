@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from ..lease_wakeups import notify_release
+from ..off_loop import off_loop
 
 __all__ = ["LeaseWakeSockets", "wake_directory"]
 
@@ -96,7 +97,7 @@ class LeaseWakeSockets:
             if self._sock is not None:
                 return True
             try:
-                sock, dirfd, name = await asyncio.to_thread(self._bind)
+                sock, dirfd, name = await off_loop(self._bind)
             except OSError as exc:
                 self._failed_at = time.monotonic()
                 log.warning("no turn-lease wake-up socket in %s (%s); waiters poll instead", self.directory, exc)
@@ -143,7 +144,7 @@ class LeaseWakeSockets:
     async def announce(self, key: str) -> None:
         """Send ``key`` to the sockets of the other processes on this store (a worker thread lists them)."""
         try:
-            await asyncio.to_thread(self._broadcast, key.encode("ascii"))
+            await off_loop(self._broadcast, key.encode("ascii"))
         except OSError as exc:
             log.debug("turn-lease wake-up broadcast failed: %s", exc)
 
@@ -184,7 +185,7 @@ class LeaseWakeSockets:
         dirfd, name = self._dirfd, self._name
         self._dirfd = self._name = None
         if dirfd is not None and name is not None:
-            await asyncio.to_thread(self._remove, dirfd, name)
+            await off_loop(self._remove, dirfd, name)
 
     def _remove(self, dirfd: int, name: str) -> None:
         try:

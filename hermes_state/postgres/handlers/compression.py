@@ -13,8 +13,6 @@ finds the row taken.
 
 from __future__ import annotations
 
-import asyncio
-
 import time
 from typing import Any
 
@@ -33,11 +31,12 @@ from ...commands.compression import (
 )
 from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionBusyError, SessionCompressionInProgressError
-from ...rules import CHILD_INHERITED_COLUMNS, holder_process_is_dead, patched_model_config
 from ...lease_host import LOCAL_HOST, is_local
-from ..queries.core import MESSAGE_SELECT, message_dict
-from ..lineage_sql import continuation_sql
+from ...off_loop import off_loop
+from ...rules import CHILD_INHERITED_COLUMNS, holder_process_is_dead, patched_model_config
 from ..clock import DB_NOW
+from ..lineage_sql import continuation_sql
+from ..queries.core import MESSAGE_SELECT, message_dict
 from .common import MESSAGE_COLUMNS, insert_messages, require_fence, require_session, row_count, store_prompt
 from .registry import handles
 
@@ -50,7 +49,7 @@ async def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tu
     )
     now = await conn.fetchval(f"SELECT {DB_NOW}")  # the database clock, after the row lock was granted
     # A local holder's liveness is read from /proc, on a worker thread.
-    if row is not None and (row[1] < now or (is_local(row[2]) and await asyncio.to_thread(holder_process_is_dead, row[0]))):
+    if row is not None and (row[1] < now or (is_local(row[2]) and await off_loop(holder_process_is_dead, row[0]))):
         await conn.execute("DELETE FROM compression_locks WHERE session_id = $1 AND holder = $2", cmd.session_id, row[0])
         reclaimed = row[0]
     await conn.execute(
