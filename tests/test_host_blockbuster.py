@@ -10,8 +10,12 @@ module-level helpers and close.
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import pytest
 from blockbuster import BlockBuster
 
 import hermes_state
@@ -56,3 +60,46 @@ async def test_a_postgres_store_lives_and_closes_under_a_hosts_blockbuster(pg_ds
         await _lifecycle(PostgresSessionDB(pg_dsn))
     finally:
         blocker.deactivate()
+
+
+class _RefusingExecutor(ThreadPoolExecutor):
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the store used the event loop's default executor")
+
+
+def _refuse_to_thread(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("the store called asyncio.to_thread")
+
+
+async def _keeps_off_the_hosts_executor(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lifecycle with a lease hand-off between two cold stores, the host's executor and to_thread refused.
+
+    Hosts fill the default executor with blocking work of their own; async-hermes-agent's
+    turns assert they never call ``asyncio.to_thread``.
+    """
+    asyncio.get_running_loop().set_default_executor(_RefusingExecutor(1))
+    monkeypatch.setattr(asyncio, "to_thread", _refuse_to_thread)
+    first, second = make(), make()
+    try:
+        await first.create_session("s", "cli")
+        async with first.session_turn("s", "one") as turn:
+            waiting = asyncio.ensure_future(second.acquire_session_turn_lease("s", "two", wait_seconds=30))
+            await turn.append_message("s", "user", "first")
+            await asyncio.sleep(0.1)
+        assert await asyncio.wait_for(waiting, 10)
+        await second.release_session_turn_lease("s", "two")
+        assert [m["content"] for m in await second.get_messages("s")] == ["first"]
+        assert [hit["session_id"] for hit in await second.search_messages("first")] == ["s"]
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_sqlite_store_keeps_off_the_hosts_executor(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    await _keeps_off_the_hosts_executor(lambda: hermes_state.SessionDB(db_path), monkeypatch)
+
+
+async def test_a_postgres_store_keeps_off_the_hosts_executor(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hermes_state.postgres import SessionDB as PostgresSessionDB
+
+    await _keeps_off_the_hosts_executor(lambda: PostgresSessionDB(pg_dsn), monkeypatch)
