@@ -15,11 +15,12 @@ has another start time, so it never keeps a dead holder's lease alive.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .off_loop import off_loop
 
 __all__ = [
-    "LOCAL_HOST", "is_local", "local_host_token", "own_process", "pid_is_gone", "process_identity", "process_is_gone",
+    "is_local", "local_host", "local_host_token", "own_process", "pid_is_gone", "process_identity", "process_is_gone",
     "process_started", "reads_proc",
 ]
 
@@ -37,13 +38,27 @@ def local_host_token() -> str | None:
     return f"{boot}:{namespace.st_dev}:{namespace.st_ino}"
 
 
-# Read once: a process does not change boot or PID namespace while it runs.
-LOCAL_HOST: str | None = local_host_token()
+# Read once, on first use (not at import: the first import of the store may run on an event loop):
+# a process does not change boot or PID namespace while it runs.
+_host: list[str | None] = []
+
+
+def local_host() -> str | None:
+    """:func:`local_host_token`, read once per process (async code gets it through :func:`own_process` first)."""
+    if not _host:
+        _host.append(local_host_token())
+    return _host[0]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LOCAL_HOST":  # the name earlier releases had as a constant
+        return local_host()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_local(token: str | None) -> bool:
     """Whether a lease row's ``holder_host`` is this process table (None, from another writer or version: no)."""
-    return token is not None and token == LOCAL_HOST
+    return token is not None and token == local_host()
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -78,12 +93,12 @@ def process_identity() -> tuple[str | None, int, int | None]:
     pid = os.getpid()
     if _own is None or _own[0] != pid:
         _own = (pid, process_started(pid))
-    return LOCAL_HOST, pid, _own[1]
+    return local_host(), pid, _own[1]
 
 
 async def own_process() -> tuple[str | None, int, int | None]:
     """:func:`process_identity`, with its one ``/proc`` read on a worker thread instead of the event loop."""
-    if _own is None or _own[0] != os.getpid():
+    if _own is None or _own[0] != os.getpid() or not _host:
         return await off_loop(process_identity)
     return process_identity()
 

@@ -11,6 +11,9 @@ module-level helpers and close.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -103,3 +106,30 @@ async def test_a_postgres_store_keeps_off_the_hosts_executor(pg_dsn: str, monkey
     from hermes_state.postgres import SessionDB as PostgresSessionDB
 
     await _keeps_off_the_hosts_executor(lambda: PostgresSessionDB(pg_dsn), monkeypatch)
+
+
+def test_the_first_import_of_the_store_on_a_running_loop_blocks_nothing(tmp_path: Path) -> None:
+    """A fresh interpreter whose first ``hermes_state.SessionDB`` (the lazy import of the store) happens
+    on a loop under a host's BlockBuster, as async-hermes-agent's zeroed-file tests do."""
+    script = (
+        "import asyncio, sys\n"
+        "from blockbuster import BlockBuster\n"
+        "import hermes_state\n"
+        "async def main():\n"
+        "    blocker = BlockBuster(); blocker.activate()\n"
+        "    try:\n"
+        "        db = hermes_state.SessionDB(sys.argv[1])\n"
+        "        await db.create_session('s', 'cli')\n"
+        "        async with db.session_turn('s', 'host') as turn:\n"
+        "            await turn.append_message('s', 'user', 'hi')\n"
+        "        await db.close()\n"
+        "    finally:\n"
+        "        blocker.deactivate()\n"
+        "asyncio.run(main())\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "state.db")], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "HERMES_HOME": str(tmp_path / "home")},
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

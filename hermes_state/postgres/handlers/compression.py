@@ -31,7 +31,7 @@ from ...commands.compression import (
 )
 from ...encoding import decode_message_row, encode_tool_calls
 from ...errors import CompressionSessionBusyError, SessionCompressionInProgressError
-from ...lease_host import LOCAL_HOST, is_local
+from ...lease_host import is_local, own_process
 from ...off_loop import off_loop
 from ...rules import CHILD_INHERITED_COLUMNS, holder_process_is_dead, patched_model_config
 from ..clock import DB_NOW
@@ -44,6 +44,7 @@ from .registry import handles
 @handles(AcquireCompressionLock)
 async def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tuple[bool, str | None]:
     reclaimed = None
+    host, _, _ = await own_process()  # this process table's token: read once, off the loop
     row = await conn.fetchrow(
         "SELECT holder, expires_at, holder_host FROM compression_locks WHERE session_id = $1 FOR UPDATE", cmd.session_id
     )
@@ -55,7 +56,7 @@ async def acquire_compression_lock(conn: Any, cmd: AcquireCompressionLock) -> tu
     await conn.execute(
         "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at, holder_host) "
         "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (session_id) DO NOTHING",
-        cmd.session_id, cmd.holder, now, now + cmd.ttl_seconds, LOCAL_HOST,
+        cmd.session_id, cmd.holder, now, now + cmd.ttl_seconds, host,
     )
     owner = await conn.fetchval("SELECT holder FROM compression_locks WHERE session_id = $1", cmd.session_id)
     return owner == cmd.holder, reclaimed
