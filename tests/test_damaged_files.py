@@ -252,3 +252,33 @@ async def test_file_cut_to_its_first_pages_fails_at_open_and_is_left_as_it_is(db
     assert report["steps"][-1].startswith("salvage failed: no transcript table")
     assert digest(Path(report["backup"])) == before and digest(db_path) == before
     assert not list(db_path.parent.glob("state.db.salvage-*"))  # no half-made file left behind
+
+
+async def test_a_schema_row_written_twice_is_dropped_and_nothing_else_changes(db_path: Path) -> None:
+    """Every statement fails on such a file ("table messages_fts already exists"); the repair drops the
+    exact copy (the reference's ``dedup_schema``), not the file's rows, and keeps a backup."""
+    await make_file(db_path)
+    with raw(db_path) as conn:
+        before = conn.execute("SELECT id, session_id, content FROM messages ORDER BY id").fetchall()
+        schema = conn.execute("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master ORDER BY rowid").fetchall()
+        conn.execute("PRAGMA writable_schema=ON")
+        for name in ("messages_fts", "idx_messages_session"):
+            conn.execute(
+                "INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) "
+                "SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master WHERE name = ?", (name,)
+            )
+        conn.commit()
+    with raw(db_path) as conn, pytest.raises(driver_module().DatabaseError, match="malformed database schema"):
+        conn.execute("SELECT COUNT(*) FROM messages").fetchone()
+    report = await repair_state_db_schema(db_path)
+    assert report["ok"] and report["repaired"] and report["strategy"] == "dedup_schema"
+    assert report["steps"] == ["dedup_schema"] and Path(report["backup_path"]).exists()
+    with raw(db_path) as conn:
+        assert conn.execute("SELECT id, session_id, content FROM messages ORDER BY id").fetchall() == before
+        assert conn.execute("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master ORDER BY rowid").fetchall() == schema
+    db = SessionDB(db_path)
+    try:
+        hits = await db.search_messages(marker(3))
+        assert [(hit["session_id"], hit["id"]) for hit in hits] == [("s", before[3][0])]
+    finally:
+        await db.close()

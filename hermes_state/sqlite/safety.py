@@ -116,6 +116,39 @@ def _integrity(conn: Any) -> str:
     return "ok"
 
 
+# Schema rows that are exact copies of an earlier one (same type, name, table, root page and SQL).
+_SCHEMA_COPIES_SQL = (
+    "SELECT COUNT(*) FROM sqlite_master WHERE rowid NOT IN "
+    "(SELECT MIN(rowid) FROM sqlite_master GROUP BY type, name, tbl_name, rootpage, sql)"
+)
+
+
+def _schema_duplicates(conn: Any) -> int:
+    """How many schema rows are exact copies of another (readable only with ``writable_schema`` on)."""
+    try:
+        conn.execute("PRAGMA writable_schema=ON")  # schema parse errors are tolerated while it is on
+        try:
+            return int(conn.execute(_SCHEMA_COPIES_SQL).fetchone()[0])
+        finally:
+            conn.execute("PRAGMA writable_schema=OFF")
+    except Exception:  # a file too damaged to read its schema at all: the other steps decide
+        return 0
+
+
+def _drop_schema_duplicates(conn: Any) -> None:
+    conn.execute("PRAGMA writable_schema=ON")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE" + _SCHEMA_COPIES_SQL.removeprefix("SELECT COUNT(*)"))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.execute("PRAGMA writable_schema=OFF")
+
+
 def repair_database(path: os.PathLike[str] | str, *, backup: bool = True) -> dict[str, Any]:
     """Try to repair a damaged ``state.db`` in place; returns what was done and what was recovered.
 
@@ -128,7 +161,8 @@ def repair_database(path: os.PathLike[str] | str, *, backup: bool = True) -> dic
     mtime_ns): then that one is reused (``"backup_reused": True``). After a
     copy only the newest 3 backups are kept. Steps, each followed
     by an integrity check (``PRAGMA integrity_check`` plus each FTS index's
-    own check) and stopping at the first clean result: rebuild the
+    own check) and stopping at the first clean result: drop schema rows that
+    are exact copies of another (only when there are such), rebuild the
     full-text indexes from ``messages``, ``REINDEX``, ``VACUUM``, and last
     ``salvage``: copy every readable row into a fresh file that replaces the
     damaged one (which is kept: the backup, or without one the file itself
@@ -174,7 +208,10 @@ def repair_database(path: os.PathLike[str] | str, *, backup: bool = True) -> dic
 
 
 # The reference's name for the step that made the file sound, by ours.
-_STRATEGIES = {"fts_rebuild": "rebuild_fts", "reindex": "reindex_btree", "vacuum": "vacuum", "salvage": "salvage"}
+_STRATEGIES = {
+    "dedup_schema": "dedup_schema", "fts_rebuild": "rebuild_fts", "reindex": "reindex_btree", "vacuum": "vacuum",
+    "salvage": "salvage",
+}
 
 
 def _upstream_keys(result: dict[str, Any]) -> dict[str, Any]:
@@ -241,6 +278,21 @@ def _repair(path: Path, backup: bool) -> dict[str, Any]:
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             os.replace(fresh, path)
             conn = connect()
+
+        if _schema_duplicates(conn):
+            # A schema row written twice (every statement then fails: "table ... already exists"):
+            # drop the exact copies, nothing else, and read the schema afresh.
+            try:
+                _drop_schema_duplicates(conn)
+                result["steps"].append("dedup_schema")
+            except Exception as exc:
+                result["steps"].append(f"dedup_schema failed: {exc}")
+            conn.close()
+            conn = connect()
+            result["integrity"] = _integrity(conn)
+            if result["integrity"] == "ok":
+                result["ok"] = True
+                return result
 
         for name, step in (
             ("fts_rebuild", fts_rebuild),
