@@ -202,6 +202,15 @@ async def test_sync_methods_work_from_a_worker_thread(store: SessionDB) -> None:
     assert_same(got, [HumanMessage("from a thread"), AIMessage("answer", id="a-9"), *conversation()])
 
 
+async def test_a_closed_store_refuses_even_an_empty_add(db_path) -> None:  # type: ignore[no-untyped-def]
+    db = SessionDB(db_path)
+    history = HermesChatMessageHistory("chat", db)
+    await history.aadd_messages([])
+    await db.close()
+    with pytest.raises(StoreClosedError):
+        await history.aadd_messages([])
+
+
 async def test_sync_methods_refuse_to_block_the_stores_own_loop(store: SessionDB) -> None:
     history = HermesChatMessageHistory("chat", store)
     await history.aget_messages()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hermes_state import CompressionSessionClosedError, SessionDB
+from hermes_state import CompressionSessionClosedError, SessionDB, StoreClosedError
 
 from .adapter_support import SDK_ITEMS, reopen
 
@@ -274,6 +274,18 @@ async def test_the_store_is_borrowed(store: SessionDB) -> None:
     del session
     assert not store.closed
     assert await store.message_count("chat") == 1
+
+
+async def test_a_closed_store_refuses_even_an_empty_add(db_path) -> None:  # type: ignore[no-untyped-def]
+    """The SDK's contract: ``add_items([])`` must not skip the closed check (its SQLiteSession raises too)."""
+    db = SessionDB(db_path)
+    session = HermesSession("chat", db)
+    await session.add_items([])  # open: nothing to do, no error
+    await db.close()
+    with pytest.raises(StoreClosedError):
+        await session.add_items([])
+    with pytest.raises(StoreClosedError):
+        await session.add_items([{"role": "user", "content": "x"}])
 
 
 # ------------------------------------------------------- Runner.run with a model stub

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import SessionNotFoundError
+from ..errors import SessionNotFoundError, StoreClosedError
 from ..facade import require_id
 from ..store import SessionDB
 
@@ -33,6 +33,8 @@ class SessionBinding:
     async def append(self, rows: list[dict[str, Any]]) -> None:
         """Append message dicts in one transaction, creating the session first if needed."""
         if not rows:
+            if self.db.closed:  # nothing to write is no reason to answer a closed store with success
+                raise StoreClosedError()
             return
         if not self._known:
             await self.db.ensure_session(self.session_id, self.source)
