@@ -45,6 +45,8 @@ RELEASE_PAUSES = (0.05, 0.25)
 # A waiter's place in the queue lasts this long unless renewed; a waiting caller renews it a
 # third of the way, so a waiter that stalls or dies (on another host) holds the queue up that long at most.
 WAITER_TTL_SECONDS = 15.0
+# How long close() waits for turn-lease cleanups that callers on other event loops started there.
+OTHER_LOOP_CLEANUP_SECONDS = 10.0
 
 
 def _seconds_arg(value: Any, name: str) -> float:
@@ -296,8 +298,15 @@ class TurnLeaseMethods(StoreBase):
             if not tasks:
                 break
             await asyncio.gather(*[task for task in tasks if task.get_loop() is loop], return_exceptions=True)
-            for task in tasks:  # a caller on another event loop started these there: they end there
+            # A caller on another event loop started the others there: they end there. Bounded: that
+            # loop's thread may itself be blocked on this close.
+            give_up = loop.time() + OTHER_LOOP_CLEANUP_SECONDS
+            for task in tasks:
                 while task.get_loop() is not loop and not task.done() and not task.get_loop().is_closed():
+                    if loop.time() >= give_up:
+                        log.warning("closing while a turn-lease cleanup on another event loop still runs")
+                        pending.discard(task)
+                        break
                     await asyncio.sleep(0.005)
         await super()._before_close()
 
