@@ -34,13 +34,14 @@ def store_prompt(conn: Any, prompt: str | None, digest: str | None) -> None:
         conn.execute("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (digest, prompt))
 
 
-Verdicts = dict[tuple[str, TurnFence | None], BaseException | None]
+# One verdict per (session, fence) key, in the keys' order: None (admitted) or the caller's exception.
+Verdicts = list[BaseException | None]
 
 _RENEW_SQL = "UPDATE session_turn_leases SET expires_at = ? WHERE conversation_id = ? AND holder = ? AND token = ?"
 
 
 def append_verdicts(conn: Any, keys: list[tuple[str, TurnFence | None]], now: float) -> Verdicts:
-    """The admission verdict of each (session, fence) pair: one query per 500 sessions, leases joined in.
+    """The admission verdict of each (session, fence) pair, in order: one query per 500 sessions, leases joined in.
 
     The verdict is None when the write may go ahead, else the exception its
     caller gets (``rules.append_refusal``: SessionTurnLeaseLostError,
@@ -76,12 +77,12 @@ def append_verdicts(conn: Any, keys: list[tuple[str, TurnFence | None]], now: fl
         chunk = orphans[start : start + 500]
         for conversation, holder, token, expires_at in conn.execute(_LEASES_SQL.format(", ".join("?" * len(chunk))), chunk):
             leases[conversation] = (holder, token, expires_at)
-    verdicts: Verdicts = {}
+    verdicts: Verdicts = []
     for session_id, fence in keys:
         closed_by, conversation = sessions.get(session_id, (None, session_id))
         holder, token, expires_at = leases.get(conversation, (None, None, None))
         fence_ok = fence_holds(fence, holder, token)
-        verdicts[(session_id, fence)] = append_refusal(session_id, session_id in sessions, closed_by, fence_ok)
+        verdicts.append(append_refusal(session_id, session_id in sessions, closed_by, fence_ok))
         if fence_ok and fence is not None and fence_renewal_due(fence, expires_at, now):
             conn.execute(_RENEW_SQL, (now + fence.ttl_seconds, conversation, holder, token))
             leases[conversation] = (holder, token, now + fence.ttl_seconds)  # type: ignore[assignment]

@@ -53,8 +53,7 @@ def append_messages_bulk(conn: Any, commands: list[AppendMessages]) -> list[tupl
     outcomes: list[tuple[bool, Any] | None] = [None] * len(commands)
     accepted: list[int] = []
     counts: dict[str, list[int]] = {}
-    for index, cmd in enumerate(commands):
-        verdict = verdicts[(cmd.session_id, cmd.fence)]
+    for index, (cmd, verdict) in enumerate(zip(commands, verdicts)):
         if verdict is not None:
             outcomes[index] = (False, verdict)
             continue
