@@ -380,7 +380,7 @@ def test_lone_append_guard_gives_the_batch_guards_verdict(tmp_path: Path) -> Non
                         return row is not None and row[0] > now
 
                     arrange()
-                    expected = append_verdicts(conn, [("s", fence)], time.time())[("s", fence)]
+                    [expected] = append_verdicts(conn, [("s", fence)], time.time())
                     batch_renewed = renewed()
                     conn.execute("ROLLBACK")
                     arrange()
