@@ -113,7 +113,7 @@ _FENCED_GUARD_SQL = (
 
 
 def append_verdict(conn: Any, session_id: str, fence: TurnFence | None, now: float) -> BaseException | None:
-    """:func:`append_verdicts` of one (session, fence) pair, in one query instead of two."""
+    """:func:`append_verdicts` of one (session, fence) pair, by a one-row statement of its own."""
     if fence is None:
         exists, closed_by = conn.execute(_GUARD_SQL, (session_id,)).fetchone()
         return append_refusal(session_id, bool(exists), closed_by)
