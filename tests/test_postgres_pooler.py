@@ -307,6 +307,7 @@ async def test_pooler_and_listen_url_as_keywords(pg_bouncer: PgBouncer, pg_schem
     try:
         await db.create_session("s", "cli")
         assert db._backend._pooled
+        assert (await checked_listener(db)).verified  # up (at open, behind a pooler) and heard its own probe
         assert await other.try_acquire_session_turn_lease("s", "holder", ttl_seconds=60)
         started = time.monotonic()
         waiting = asyncio.create_task(db.acquire_session_turn_lease("s", "waiter", wait_seconds=30, poll_interval_seconds=20))
@@ -321,7 +322,6 @@ async def test_pooler_and_listen_url_as_keywords(pg_bouncer: PgBouncer, pg_schem
                 break
             await asyncio.sleep(0.05)
         assert listener.notices > notices  # heard through listen_url (through the pooler it hears nothing)
-        assert (await checked_listener(db)).verified
     finally:
         await db.close()
         await other.close()
