@@ -108,6 +108,7 @@ class SessionDB(_SQLiteSessionDB):
     def _core(self) -> CoreBoundary:
         return cast("PostgresBackend", self._backend).core()
 
+
 def _store_options(pooler: Any, listen_url: Any) -> dict[str, str]:
     """The constructor's ``pooler`` and ``listen_url`` (those given), checked; raises TypeError/ValueError naming them."""
     options: dict[str, str] = {}
