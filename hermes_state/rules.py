@@ -154,7 +154,7 @@ async def turn_lease_takeover_on_loop(
 ) -> str:
     """:func:`turn_lease_takeover` for a caller on the event loop: a judgement that reads ``/proc`` runs on a thread."""
     args = (holder, exclusive, row_holder, expires_at, row_host, row_pid, row_started, now)
-    return await _judge_on_loop(turn_lease_takeover, args, expires_at > now and reads_proc(row_host, row_pid))
+    return await _judge_on_loop(turn_lease_takeover, args, expires_at > now, row_host, row_pid)
 
 
 def turn_waiter_alive(expires_at: float, host: str | None, pid: int | None, started: int | None, now: float) -> bool:
@@ -167,14 +167,18 @@ async def turn_waiter_alive_on_loop(
 ) -> bool:
     """:func:`turn_waiter_alive` for a caller on the event loop: a judgement that reads ``/proc`` runs on a thread."""
     args = (expires_at, host, pid, started, now)
-    return await _judge_on_loop(turn_waiter_alive, args, expires_at > now and reads_proc(host, pid))
+    return await _judge_on_loop(turn_waiter_alive, args, expires_at > now, host, pid)
 
 
-async def _judge_on_loop(judge: Callable[..., T], args: tuple[Any, ...], reads: bool) -> T:
-    """``judge(*args)`` from the event loop: on a worker thread when it ``reads`` another process's ``/proc``."""
-    if reads:
+async def _judge_on_loop(
+    judge: Callable[..., T], args: tuple[Any, ...], live: bool, host: str | None, pid: int | None
+) -> T:
+    """``judge(*args)`` from the event loop: on a worker thread when a ``live`` row's ``(host, pid)`` is another
+    process's ``/proc`` to read."""
+    # First: this process's host token and start time, read off the loop once (``reads_proc`` compares with them).
+    await own_process()
+    if live and reads_proc(host, pid):
         return await off_loop(judge, *args)
-    await own_process()  # this process's start time, read off the loop once
     return judge(*args)
 
 
