@@ -127,16 +127,23 @@ def slow_release_listener(db: Any, seconds: float) -> None:
     sockets._bind = slow_bind
 
 
+async def cold_worker(store: Any, seconds: float) -> Any:
+    """Another worker on ``store``'s database, open, whose release listener is not set up yet and takes
+    ``seconds`` longer to set up (see :func:`slow_release_listener`)."""
+    db = other_store(store)
+    await db.get_session("s")
+    slow_release_listener(db, seconds)
+    return db
+
+
 async def test_a_cold_store_takes_its_place_in_line_before_it_listens(store: Any) -> None:
     await store.create_session("s", "cli")
     await store.create_session("warm-up", "cli")
-    cold, warm = other_store(store), other_store(store)
+    cold, warm = await cold_worker(store, 1.0), other_store(store)
     try:
-        await cold.get_session("s")  # open, its release listener not set up yet
         assert await warm.acquire_session_turn_lease("warm-up", "w", wait_seconds=1)
         await warm.release_session_turn_lease("warm-up", "w")
         assert warm._backend.lease_releases_watched() and not cold._backend.lease_releases_watched()
-        slow_release_listener(cold, 1.0)
         assert await store.try_acquire_session_turn_lease("s", "holder")
         order: list[str] = []
 
@@ -160,10 +167,8 @@ async def test_a_cold_store_takes_its_place_in_line_before_it_listens(store: Any
 
 async def test_a_release_before_the_listener_is_up_is_not_missed(store: Any) -> None:
     await store.create_session("s", "cli")
-    cold = other_store(store)
+    cold = await cold_worker(store, 0.5)
     try:
-        await cold.get_session("s")
-        slow_release_listener(cold, 0.5)
         assert await store.try_acquire_session_turn_lease("s", "holder")
         started = time.monotonic()
         acquiring = asyncio.create_task(
@@ -180,9 +185,7 @@ async def test_a_release_before_the_listener_is_up_is_not_missed(store: Any) -> 
 
 async def test_a_listener_still_starting_at_close_is_closed_too(store: Any) -> None:
     await store.create_session("s", "cli")
-    cold = other_store(store)
-    await cold.get_session("s")
-    slow_release_listener(cold, 0.3)
+    cold = await cold_worker(store, 0.3)
     assert await cold.acquire_session_turn_lease("s", "cold", wait_seconds=5)  # free: granted before it listens
     await cold.release_session_turn_lease("s", "cold")
     await cold.close()  # waits for the set-up it started, then closes what that opened
@@ -192,10 +195,8 @@ async def test_a_listener_still_starting_at_close_is_closed_too(store: Any) -> N
 
 async def test_the_first_wait_notice_does_not_wait_for_the_listener(store: Any) -> None:
     await store.create_session("s", "cli")
-    cold = other_store(store)
+    cold = await cold_worker(store, 1.0)
     try:
-        await cold.get_session("s")
-        slow_release_listener(cold, 1.0)
         assert await store.try_acquire_session_turn_lease("s", "holder")
         calls: list[float] = []
         assert not await cold.acquire_session_turn_lease(
@@ -209,9 +210,7 @@ async def test_the_first_wait_notice_does_not_wait_for_the_listener(store: Any) 
 async def test_close_on_the_home_loop_while_a_wait_on_another_loop_sets_its_listener_up(store: Any) -> None:
     """The set-up task lives on the waiter's loop: close() on the store's home loop waits for it there."""
     await store.create_session("s", "cli")
-    db = other_store(store)
-    await db.get_session("s")  # home: this loop
-    slow_release_listener(db, 0.5)
+    db = await cold_worker(store, 0.5)  # home: this loop
     assert await store.try_acquire_session_turn_lease("s", "holder")
     outcome: list[BaseException | bool] = []
 
